@@ -1,0 +1,5 @@
+import sys
+
+from lra.cli import main
+
+sys.exit(main())
