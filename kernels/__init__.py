@@ -1,0 +1,20 @@
+"""Triton FlashAttention kernels: dense and block-sparse, forward and backward.
+
+    from kernels import flash_attention, block_sparse_flash_attention, layouts
+
+Without CUDA, importing this package sets ``TRITON_INTERPRET=1`` (unless already set) before
+Triton is imported, so the same kernels run on CPU tensors through Triton's interpreter.
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from . import layouts  # noqa: E402
+from .block_sparse import BlockSparseLayout, block_sparse_flash_attention  # noqa: E402
+from .dense import flash_attention  # noqa: E402
+from .dropout import dropout_keep_mask  # noqa: E402
+
+__all__ = ["BlockSparseLayout", "block_sparse_flash_attention", "dropout_keep_mask", "flash_attention", "layouts"]
