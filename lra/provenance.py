@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import subprocess
 import sys
@@ -9,7 +10,13 @@ from pathlib import Path
 
 
 def git_revision(path: str | Path | None = None) -> str:
-    """Short git revision of the checkout holding `path` (default: this package), '+dirty' if modified."""
+    """Short git revision of the checkout holding `path` (default: this package), '+dirty' if modified.
+
+    Machines that receive a copy of the tree without `.git` (e.g. a lent GPU box) pass the revision
+    in the environment variable LRA_GIT_REV instead.
+    """
+    if os.environ.get("LRA_GIT_REV"):
+        return os.environ["LRA_GIT_REV"]
     cwd = Path(path) if path else Path(__file__).resolve().parent
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,

@@ -1,0 +1,420 @@
+"""`lra bench models`: training-step throughput and peak memory of the LRA model per attention and length.
+
+What one measurement is: the `paper`-size LRA classifier (dim 64, MLP 128, 2 heads of 32, 2 layers,
+dropout 0.1, learned 1-D positions, mean pooling — the FlashAttention paper's LRA setting, see
+lra/config.py) on a Pathfinder-like input (256-token vocabulary, 2 classes, no padding), one full
+training step — forward, cross-entropy, backward, gradient clipping, AdamW step (fused on CUDA) — under
+bf16 autocast on GPU. The same number of tokens goes into every batch at every length (batch =
+tokens_per_batch // N), so rows of one regime compare like for like. Warm-up steps (which include
+torch.compile's compilation and autotuning) are excluded; the step time is the median over the timed
+steps, measured with CUDA events (perf_counter on CPU); peak memory is `max_memory_allocated` over the
+timed steps.
+
+Regimes: `paper` = 256 x 1K tokens per batch (the Pathfinder-32 batch of the paper), `small` = 32K
+tokens per batch. Modes: `eager` and `compiled` (torch.compile of the model). An out-of-memory cell is
+recorded as `oom` (and longer lengths of the same attention, regime and mode are not tried: memory
+grows with N at constant tokens per batch); an attention that cannot run a length is `unsupported`;
+any other failure is `error` with its message. Nothing stops the sweep.
+
+Output: CSV (columns in docs/interfaces.md), rewritten atomically after every cell, so `--resume`
+continues a killed run; a Markdown table (lra.table's efficiency view) and `<name>.meta.json` with the
+provenance (command, GPU, versions, date, git revision) and the settings.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import math
+import re
+import statistics
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from lra.records import atomic_write_text
+
+K = 1024
+SEQ_LENS = (1 * K, 2 * K, 4 * K, 8 * K, 16 * K)
+LONG_SEQ_LENS = (32 * K, 64 * K)
+# Attentions whose memory is linear in N (our kernels and the approximate baselines) also run LONG_SEQ_LENS.
+LONG_ATTENTIONS = ("flash", "flash_sparse", "performer", "linformer", "bigbird")
+REGIMES = {"paper": 256 * K, "small": 32 * K}
+MODES = ("eager", "compiled")
+# Attention options the benchmark uses unless --options says otherwise: the SDPA row is the cuDNN
+# back-end, the fastest fused attention PyTorch ships on Hopper (the issue's comparison point).
+DEFAULT_OPTIONS = {"cuda": {"sdpa": {"backend": "cudnn"}}, "cpu": {}}
+VOCAB_SIZE = 256
+NUM_CLASSES = 2
+CSV_COLUMNS = ["attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "ms_per_step",
+               "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note"]
+DONE_STATUSES = ("ok", "oom", "unsupported")
+
+
+def add_arguments(parser) -> None:
+    parser.description = (__doc__ or "").split("\n\n")[0]
+    parser.add_argument("--attentions", nargs="+", metavar="NAME",
+                        help="attentions to measure (default: every registered one)")
+    parser.add_argument("--seq-lens", nargs="+", metavar="N",
+                        help="sequence lengths for every attention (default: 1K 2K 4K 8K 16K)")
+    parser.add_argument("--long-seq-lens", nargs="*", metavar="N",
+                        help="extra lengths for " + ", ".join(LONG_ATTENTIONS) +
+                             " (default: 32K 64K, or none when --seq-lens is given)")
+    parser.add_argument("--regimes", nargs="+", choices=list(REGIMES), default=list(REGIMES),
+                        help="batch regimes: paper = 256 x 1K tokens per batch, small = 32K (default: both)")
+    parser.add_argument("--tokens-per-batch", type=int, metavar="T",
+                        help="one custom regime with T tokens per batch instead of --regimes")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=None,
+                        help="eager and/or compiled (torch.compile); default: both on CUDA, eager on CPU")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per cell (median reported)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (compilation included)")
+    parser.add_argument("--options", nargs="+", default=[], metavar="ATTN.KEY=VALUE",
+                        help="attention options, e.g. sdpa.backend=cudnn flash_sparse.layout=butterfly")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm as in training (0 = off)")
+    parser.add_argument("--out", type=Path, default=Path("results/bench-models.csv"), metavar="FILE.csv",
+                        help="CSV to write; FILE.md and FILE.meta.json go next to it")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the cells already in --out (ok/oom/unsupported) and measure only the rest")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+# ------------------------------------------------------------------------------------------ planning
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    attention: str
+    seq_len: int
+    regime: str
+    tokens: int          # requested tokens per batch
+    compile: bool
+
+    @property
+    def batch_size(self) -> int:
+        return max(1, self.tokens // self.seq_len)
+
+    @property
+    def key(self) -> tuple:
+        return (self.attention, self.seq_len, self.regime, self.compile)
+
+    def describe(self) -> str:
+        from lra.table import format_seq_len
+
+        return f"{self.attention} N={format_seq_len(self.seq_len)} {self.regime} {'compiled' if self.compile else 'eager'}"
+
+
+def parse_options(items: list[str], attentions: list[str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        name, dot, option = key.partition(".")
+        if not sep or not dot or not option:
+            raise ValueError(f"--options {item!r}: expected ATTENTION.OPTION=VALUE, e.g. sdpa.backend=cudnn")
+        if name not in attentions:
+            raise ValueError(f"--options {item!r}: attention {name!r} is not benchmarked (have {', '.join(attentions)})")
+        out.setdefault(name, {})[option] = value
+    return out
+
+
+def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dict]:
+    """The grid of cells in the order they run, and the resolved settings."""
+    from lra.table import parse_seq_len
+
+    attentions = list(args.attentions or registered)
+    unknown = [a for a in attentions if a not in registered]
+    if unknown:
+        raise ValueError(f"unknown attention {unknown[0]!r}: registered are {', '.join(registered)}")
+    seq_lens = [parse_seq_len(n) for n in args.seq_lens] if args.seq_lens else list(SEQ_LENS)
+    if args.long_seq_lens is not None:
+        long_lens = [parse_seq_len(n) for n in args.long_seq_lens]
+    else:
+        long_lens = [] if args.seq_lens else list(LONG_SEQ_LENS)
+    if args.tokens_per_batch is not None:
+        if args.tokens_per_batch < 1:
+            raise ValueError(f"--tokens-per-batch must be >= 1, got {args.tokens_per_batch}")
+        regimes = {"custom": args.tokens_per_batch}
+    else:
+        regimes = {name: REGIMES[name] for name in args.regimes}
+    modes = args.modes or (list(MODES) if device_type == "cuda" else ["eager"])
+    if args.steps < 1 or args.warmup < 0:
+        raise ValueError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}")
+    cells = []
+    for regime, tokens in regimes.items():
+        for mode in modes:
+            for attention in attentions:
+                lens = seq_lens + [n for n in long_lens if attention in LONG_ATTENTIONS and n not in seq_lens]
+                for n in sorted(lens):
+                    cells.append(Cell(attention, n, regime, tokens, mode == "compiled"))
+    options = {name: dict(DEFAULT_OPTIONS.get(device_type, {}).get(name, {})) for name in attentions}
+    for name, values in parse_options(args.options, attentions).items():
+        options[name].update(values)
+    settings = {"attentions": attentions, "seq_lens": seq_lens, "long_seq_lens": long_lens,
+                "long_attentions": list(LONG_ATTENTIONS), "regimes": regimes, "modes": modes,
+                "steps": args.steps, "warmup": args.warmup, "grad_clip": args.grad_clip,
+                "options": {k: v for k, v in options.items() if v}, "seed": args.seed}
+    return cells, settings
+
+
+# ------------------------------------------------------------------------------------------ measuring
+def paper_model_config():
+    """The FlashAttention paper's LRA model (Nyströmformer's LRA settings) — see lra/config.py."""
+    from lra.config import ModelConfig
+
+    return ModelConfig(dim=64, depth=2, num_heads=2, head_dim=32, mlp_dim=128, dropout=0.1, attention_dropout=0.1,
+                       positional="learned", grid_positions=False, pooling="mean")
+
+
+class Unsupported(Exception):
+    """The attention cannot be built for this cell (e.g. a sparsity layout that needs a longer N)."""
+
+
+def _is_oom(err: BaseException) -> bool:
+    import torch
+
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, (RuntimeError, MemoryError)) and ("out of memory" in text or isinstance(err, MemoryError))
+
+
+def _free_memory(device) -> None:
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int) -> dict:
+    """Time one cell. Raises on OOM and other errors (the caller records them)."""
+    import torch
+    import torch.nn.functional as F
+
+    from lra.model import DataSpec, build_model
+
+    torch.manual_seed(seed)
+    cuda = device.type == "cuda"
+    batch = cell.batch_size
+    try:
+        model = build_model(paper_model_config(), DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
+                                                           max_len=cell.seq_len),
+                            attention=cell.attention, attention_options=options, seed=seed)
+    except ValueError as err:  # the registry refuses this length / option combination
+        raise Unsupported(str(err)) from None
+    model = model.to(device)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0,
+                                  **({"fused": True} if cuda else {}))
+    forward = model
+    if cell.compile:
+        torch._dynamo.reset()  # a fresh cache per cell: recompilation limits never silently fall back to eager
+        forward = torch.compile(model)
+    # A few distinct random batches (never constant inputs), cycled through the steps.
+    generator = torch.Generator(device="cpu").manual_seed(seed + 1)
+    batches = [(torch.randint(0, VOCAB_SIZE, (batch, cell.seq_len), generator=generator).to(device),
+                torch.randint(0, NUM_CLASSES, (batch,), generator=generator).to(device)) for _ in range(3)]
+
+    def step(i: int) -> None:
+        inputs, labels = batches[i % len(batches)]
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
+            logits = forward(inputs)
+        loss = F.cross_entropy(logits.float(), labels)
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for i in range(warmup):
+        step(i)
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)]
+        for i, (start, end) in enumerate(events):
+            start.record()
+            step(warmup + i)
+            end.record()
+        torch.cuda.synchronize(device)
+        times_ms = [start.elapsed_time(end) for start, end in events]
+        peak_gb = torch.cuda.max_memory_allocated(device) / 1e9
+    else:
+        times_ms = []
+        for i in range(steps):
+            t0 = time.perf_counter()
+            step(warmup + i)
+            times_ms.append((time.perf_counter() - t0) * 1e3)
+        peak_gb = math.nan
+    ms = statistics.median(times_ms)
+    return {"ms_per_step": ms, "samples_per_s": batch / ms * 1e3, "tokens_per_s": batch * cell.seq_len / ms * 1e3,
+            "peak_mem_gb": peak_gb}
+
+
+def _row(cell: Cell, status: str, note: str = "", **metrics) -> dict:
+    row = {"attention": cell.attention, "seq_len": cell.seq_len, "batch_size": cell.batch_size,
+           "tokens_per_batch": cell.batch_size * cell.seq_len, "regime": cell.regime, "compile": cell.compile,
+           "ms_per_step": math.nan, "samples_per_s": math.nan, "tokens_per_s": math.nan, "peak_mem_gb": math.nan,
+           "status": status, "note": note}
+    row.update(metrics)
+    return row
+
+
+def _first_line(err: BaseException, limit: int = 200) -> str:
+    """A one-line reason: the first line, plus the last one where the message spans several (compiler
+    errors put the location first and the cause last); an OOM message up to the size it tried to allocate."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+    oom = re.match(r".*?Tried to allocate [\d.]+ [KMGT]i?B\.?", text)
+    if oom:
+        text = oom.group(0)
+    return f"{type(err).__name__}: {text[:limit]}"
+
+
+def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int) -> dict:
+    """Measure one cell and turn every outcome into a CSV row."""
+    from lra import attention as registry
+
+    ok, reason = registry.can_run(cell.attention, device, options)
+    if not ok:
+        return _row(cell, "unsupported", reason)
+    shortest = registry.min_supported_len(cell.attention, options)
+    if shortest is not None and cell.seq_len < shortest:
+        return _row(cell, "unsupported", f"needs N >= {shortest} with these options")
+    option_note = ", ".join(f"{k}={v}" for k, v in options.items())
+    if cell.tokens < cell.seq_len:
+        option_note = ", ".join(filter(None, [option_note, f"1 sequence of {cell.seq_len} > {cell.tokens} tokens"]))
+    outcome, failure = None, None
+    try:
+        outcome = measure(cell, device=device, options=options, steps=steps, warmup=warmup, grad_clip=grad_clip,
+                          seed=seed)
+    except Exception as err:  # noqa: BLE001 - every failure becomes a row; the sweep goes on
+        status = "unsupported" if isinstance(err, Unsupported) else "oom" if _is_oom(err) else "error"
+        failure = (status, str(err).strip().splitlines()[0][:200] if status == "unsupported" else _first_line(err))
+        del err  # drop the traceback (and the tensors its frames hold) before freeing memory
+    _free_memory(device)
+    if failure is not None:
+        return _row(cell, failure[0], failure[1])
+    return _row(cell, "ok", option_note, **outcome)
+
+
+# ------------------------------------------------------------------------------------------ output
+def _paths(out: Path) -> tuple[Path, Path, Path]:
+    out = Path(out)
+    if out.suffix != ".csv":
+        out = out.with_name(out.name + ".csv")
+    stem = out.with_suffix("")
+    return out, stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".meta.json")
+
+
+def write_csv(path: Path, rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
+    atomic_write_text(path, frame.to_csv(index=False, float_format="%.6g"))
+    return frame
+
+
+def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
+    from lra import table
+
+    bench = frame.copy()
+    bench["file"] = str(csv_path)
+    summary = table.efficiency_summary(None, table.load_bench_frame(bench))
+    versions = meta.get("versions", {})
+    head = [
+        "# LRA model benchmark: training step per attention and sequence length", "",
+        f"- Device: {meta.get('device')}; torch {versions.get('torch')}, triton {versions.get('triton')}, "
+        f"CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}",
+        f"- Date: {meta.get('date')}; git revision: {meta.get('git_rev')}",
+        f"- Command: `{meta.get('command')}`",
+        "- Model: `paper` size (dim 64, MLP 128, 2 heads × 32, 2 layers, dropout 0.1), bf16 autocast on GPU, "
+        "fused AdamW on CUDA; one step = forward + backward + clip + optimizer step; median over "
+        f"{meta['settings']['steps']} timed steps after {meta['settings']['warmup']} warm-up steps.",
+        "- Same tokens per batch at every length (batch = tokens ÷ N): "
+        + ", ".join(f"{k} = {v:,}" for k, v in meta["settings"]["regimes"].items()) + ".",
+    ]
+    if meta["settings"].get("options"):
+        head.append("- Attention options: " + "; ".join(
+            f"{a}: " + ", ".join(f"{k}={v}" for k, v in o.items()) for a, o in meta["settings"]["options"].items()))
+    head.append("")
+    return "\n".join(head) + "\n" + table.render(table.efficiency_sections(summary), "markdown")
+
+
+def run(args) -> int:
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from lra import attention as registry
+    from lra import provenance
+    from lra.table import format_rate, format_seq_len
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"--device {args.device!r}: use cuda or cpu")
+    cells, settings = plan(args, list(registry.available()), device.type)
+    for name, values in settings["options"].items():
+        registry.resolve_options(name, **values)  # bad option -> one clear ValueError before any work
+    csv_path, md_path, meta_path = _paths(args.out)
+
+    rows: list[dict] = []
+    done: set = set()
+    if args.resume and csv_path.exists():
+        from lra.table import load_bench
+
+        previous = load_bench([csv_path])
+        for _, r in previous.iterrows():
+            row = {c: r[c] for c in CSV_COLUMNS}
+            row["note"] = "" if pd.isna(row["note"]) else row["note"]
+            if r["status"] in DONE_STATUSES:
+                rows.append(row)
+                done.add((r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])))
+    meta = provenance.collect()
+    meta.update(benchmark="lra bench models", settings=settings, model=dataclasses.asdict(paper_model_config()),
+                input={"vocab_size": VOCAB_SIZE, "num_classes": NUM_CLASSES, "padding": False},
+                cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if device.type == "cuda" else None,
+                bench_device=str(device))
+    atomic_write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n")
+
+    console = Console(stderr=True)
+    oom_at: dict[tuple, int] = {}  # (attention, regime, compile) -> shortest N that ran out of memory
+    for row in rows:
+        if row["status"] == "oom":
+            k = (row["attention"], row["regime"], bool(row["compile"]))
+            oom_at[k] = min(oom_at.get(k, 1 << 62), int(row["seq_len"]))
+    todo = [c for c in cells if c.key not in done]
+    if len(todo) < len(cells):
+        console.print(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already in {csv_path}")
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("lra bench models", total=len(todo))
+        for cell in todo:
+            progress.update(bar, description=cell.describe())
+            first_oom = oom_at.get((cell.attention, cell.regime, cell.compile))
+            if first_oom is not None and cell.seq_len > first_oom:
+                row = _row(cell, "oom", f"not run: out of memory already at N={format_seq_len(first_oom)}")
+            else:
+                row = run_cell(cell, device=device, options=settings["options"].get(cell.attention, {}),
+                               steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed)
+            if row["status"] == "oom":
+                k = (cell.attention, cell.regime, cell.compile)
+                oom_at[k] = min(oom_at.get(k, 1 << 62), cell.seq_len)
+            rows = [r for r in rows if (r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])) != cell.key]
+            rows.append(row)
+            write_csv(csv_path, rows)  # after every cell: a killed run loses at most the current one
+            if row["status"] == "ok":
+                shown = f"{row['ms_per_step']:.2f} ms/step, {format_rate(row['tokens_per_s'])} tokens/s" + (
+                    f", {row['peak_mem_gb']:.2f} GB" if math.isfinite(row["peak_mem_gb"]) else "")
+            else:
+                shown = f"{row['status']}: {row['note']}"
+            progress.console.print(f"{cell.describe()}: {shown}")
+            progress.advance(bar)
+    order = {c.key: i for i, c in enumerate(cells)}
+    rows.sort(key=lambda r: order.get((r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])), 1 << 30))
+    frame = write_csv(csv_path, rows)
+    atomic_write_text(md_path, markdown_report(frame, meta, csv_path))
+    print(f"wrote {csv_path}, {md_path}, {meta_path}")
+    return 0

@@ -1,0 +1,71 @@
+"""`lra plot [accuracy|efficiency|kernels|curves]`: seaborn figures (PNG + PDF) from records and benchmarks."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lra.commands.table import add_filter_arguments, add_source_arguments, filtered_inputs
+
+PLOTS = {
+    "accuracy": "test accuracy vs training throughput per task, bubble = peak memory (run records)",
+    "efficiency": "throughput and peak memory vs sequence length per attention (--bench CSVs, run records)",
+    "kernels": "kernel TFLOP/s vs sequence length per implementation (--kernels CSVs)",
+    "curves": "validation accuracy vs wall-clock time per attention, one figure per task (run records)",
+}
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "plot", help="figures (PNG + PDF) from run records and benchmark CSVs",
+        description="Figures at paper size: " + "; ".join(f"{k}: {v}" for k, v in PLOTS.items()) +
+                    ". Plots whose data is absent are skipped with a message.")
+    parser.add_argument("plots", nargs="*", default=[], metavar="PLOT",
+                        help=f"which plots ({', '.join(PLOTS)}; default: all)")
+    parser.add_argument("--out", type=Path, default=Path("plots"), metavar="DIR",
+                        help="folder the figures are written to (default: plots)")
+    add_source_arguments(parser)
+    parser.add_argument("--kernels", action="append", type=Path, default=[], metavar="FILE",
+                        help="CSV written by `lra bench kernels` (repeatable)")
+    parser.add_argument("--baseline", default="softmax", metavar="ATTENTION",
+                        help="attention speedups are relative to (default: softmax)")
+    add_filter_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from lra import plot
+
+    wanted = list(dict.fromkeys(args.plots)) or list(PLOTS)
+    unknown = [p for p in wanted if p not in PLOTS]
+    if unknown:
+        raise ValueError(f"unknown plot {unknown[0]!r}: choose from {', '.join(PLOTS)}")
+    records, bench = filtered_inputs(args)
+    kernels = plot.load_kernels(args.kernels)
+    if not kernels.empty:
+        from lra.table import parse_seq_len
+
+        if args.seq_len:
+            kernels = kernels[kernels["seq_len"].isin([parse_seq_len(n) for n in args.seq_len])]
+
+    results = []
+    if "accuracy" in wanted:
+        results.append(plot.accuracy_vs_throughput(records, args.out))
+    if "efficiency" in wanted:
+        results.extend(plot.efficiency_vs_length(records, bench, args.out, baseline=args.baseline))
+    if "kernels" in wanted:
+        results.append(plot.kernel_tflops(kernels, args.out))
+    if "curves" in wanted:
+        results.extend(plot.training_curves(records, args.out, tasks=args.task))
+
+    written = 0
+    for result in results:
+        if result.skipped:
+            print(f"skipped {result.name}: {result.skipped}", file=sys.stderr)
+        for path in result.files:
+            print(f"wrote {path}")
+            written += 1
+    if not written:
+        print("lra plot: no figure written: none of the requested plots has data "
+              "(pass --runs DIR, --bench FILE or --kernels FILE)", file=sys.stderr)
+        return 1
+    return 0

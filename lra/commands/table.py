@@ -1,0 +1,126 @@
+"""`lra table [accuracy|efficiency]`: results tables from run records and model-benchmark CSVs."""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+TABLES = ("accuracy", "efficiency")
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "table", help="accuracy and efficiency tables from run records (+ published numbers)",
+        description="Accuracy (task × attention, mean ± std over seeds, next to the FlashAttention and LRA "
+                    "papers' numbers) and efficiency (attention × sequence length: throughput, speedup over "
+                    "softmax, peak memory, training time) from runs/**/result.json and `lra bench models` CSVs.")
+    parser.add_argument("tables", nargs="*", default=[], metavar="TABLE",
+                        help="accuracy and/or efficiency (default: both)")
+    add_source_arguments(parser)
+    parser.add_argument("--format", choices=("markdown", "csv", "latex"), default="markdown",
+                        help="markdown (default), csv (tidy numeric rows, one per cell) or latex (booktabs)")
+    parser.add_argument("--out", type=Path, help="write to this file instead of the terminal "
+                        "(csv with both tables: FILE-accuracy.csv and FILE-efficiency.csv)")
+    parser.add_argument("--baseline", default="softmax", metavar="ATTENTION",
+                        help="attention the speedups are relative to (default: softmax, the Transformer)")
+    parser.add_argument("--published", type=Path, default=None, metavar="DIR",
+                        help="folder of published-number CSVs (default: results/published of this checkout)")
+    add_filter_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_source_arguments(parser) -> None:
+    parser.add_argument("--runs", action="append", type=Path, metavar="DIR",
+                        help="folder searched for **/result.json (repeatable; default: runs)")
+    parser.add_argument("--bench", action="append", type=Path, default=[], metavar="FILE",
+                        help="CSV written by `lra bench models` (repeatable)")
+
+
+def add_filter_arguments(parser) -> None:
+    parser.add_argument("--task", nargs="+", metavar="TASK", help="only these tasks")
+    parser.add_argument("--attention", nargs="+", metavar="NAME", help="only these attentions")
+    parser.add_argument("--seq-len", nargs="+", metavar="N", help="only these sequence lengths (4096 or 4K)")
+    parser.add_argument("--preset", nargs="+", metavar="PRESET", help="only runs of these presets")
+
+
+def load_records(args):
+    """Run records under --runs (default runs/), corrupt files reported on stderr and skipped."""
+    from lra.records import load_records as _load
+
+    roots = args.runs or [Path("runs")]
+    for root in roots:
+        if not root.exists() and args.runs:
+            raise FileNotFoundError(f"--runs {root}: no such folder")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = _load(*[r for r in roots if r.exists()], warn=True) if any(r.exists() for r in roots) else None
+    for warning in caught:
+        print(f"lra {args.command}: warning: {warning.message}", file=sys.stderr)
+    import pandas as pd
+
+    return records if records is not None else pd.DataFrame()
+
+
+def filtered_inputs(args):
+    """(records, bench) after the --task/--attention/--seq-len/--preset filters."""
+    from lra import table
+
+    records = load_records(args)
+    bench = table.load_bench(args.bench)
+    filters = dict(task=args.task, attention=args.attention, seq_len=args.seq_len, preset=args.preset)
+    records = table.filter_frame(records, **filters) if not records.empty else records
+    bench = table.filter_frame(bench, attention=args.attention, seq_len=args.seq_len) if not bench.empty else bench
+    return records, bench
+
+
+def run(args) -> int:
+    from lra import published as pub
+    from lra import table
+
+    wanted = list(dict.fromkeys(args.tables)) or list(TABLES)
+    unknown = [t for t in wanted if t not in TABLES]
+    if unknown:
+        raise ValueError(f"unknown table {unknown[0]!r}: choose from {', '.join(TABLES)}")
+    for seq_len in args.seq_len or []:
+        table.parse_seq_len(seq_len)
+    records, bench = filtered_inputs(args)
+    if records.empty and bench.empty:
+        where = ", ".join(str(r) for r in (args.runs or [Path("runs")]))
+        print(f"lra table: nothing to tabulate: no run records under {where}"
+              + (" match the filters" if any([args.task, args.attention, args.seq_len, args.preset]) else "")
+              + " and no --bench CSV (run `lra train` / `lra sweep`, or `lra bench models`)", file=sys.stderr)
+        return 1
+
+    published = None
+    if "accuracy" in wanted:
+        try:
+            published = pub.load_accuracy(args.published)
+        except FileNotFoundError as err:
+            if args.published is not None:
+                raise
+            print(f"lra table: warning: {err}; showing our numbers only", file=sys.stderr)
+
+    outputs: dict[str, str] = {}
+    if "accuracy" in wanted:
+        summary = table.accuracy_summary(records, published, baseline=args.baseline)
+        outputs["accuracy"] = (table.to_csv(summary) if args.format == "csv" else
+                               table.render(table.accuracy_sections(summary, published, records), args.format))
+    if "efficiency" in wanted:
+        summary = table.efficiency_summary(records, bench, baseline=args.baseline)
+        outputs["efficiency"] = (table.to_csv(summary) if args.format == "csv" else
+                                 table.render(table.efficiency_sections(summary, args.baseline), args.format))
+
+    if args.out is None:
+        sys.stdout.write("\n".join(outputs.values()))
+        return 0
+    from lra.records import atomic_write_text
+
+    if args.format == "csv" and len(outputs) > 1:
+        for name, text in outputs.items():
+            path = args.out.with_name(f"{args.out.stem}-{name}{args.out.suffix or '.csv'}")
+            atomic_write_text(path, text)
+            print(f"wrote {path}")
+    else:
+        atomic_write_text(args.out, "\n".join(outputs.values()))
+        print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,322 @@
+"""Figures from run records and benchmark CSVs (seaborn, Agg backend), each saved as PNG and PDF.
+
+- `accuracy_vs_throughput`: test accuracy vs training throughput per task, bubble area = peak memory
+  (like the LRA paper's Figure 3);
+- `efficiency_vs_length`: training throughput and peak memory vs sequence length per attention, log
+  scales, one row per setting (model-benchmark regime / mode, or a task trained at several lengths);
+  OOM drawn as a cross on the top edge;
+- `kernel_tflops`: kernel TFLOP/s vs N per implementation, from `lra bench kernels` CSVs;
+- `training_curves`: validation accuracy vs wall-clock time per attention, one figure per task.
+
+Every function returns a `PlotResult`; absent data gives a result with `skipped` set, never an error.
+Sizes are for a paper page: 7 in wide (two columns), fonts from seaborn's `paper` context.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; must precede pyplot
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from lra import published as pub  # noqa: E402
+from lra import table  # noqa: E402
+
+PAGE_WIDTH_IN = 7.0
+PNG_DPI = 200
+KERNEL_COLUMNS = ("impl", "pass", "seq_len", "head_dim", "tflops", "status")
+
+
+@dataclass
+class PlotResult:
+    name: str
+    files: list[Path] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def setup_style() -> None:
+    sns.set_theme(context="paper", style="whitegrid", font_scale=1.0,
+                  rc={"figure.dpi": 100, "savefig.bbox": "tight", "pdf.fonttype": 42, "legend.frameon": False})
+
+
+def attention_palette(labels: Iterable[str]) -> dict[str, tuple]:
+    """A fixed colour per attention, the same in every figure (paper order first)."""
+    known = [pub.attention_label(a) for a in pub.ATTENTION_ORDER]
+    labels = list(dict.fromkeys(labels))
+    extra = sorted(label for label in labels if label not in known)
+    base = sns.color_palette("colorblind", 10)
+    # Indices into the colour-blind palette chosen so that no two known attentions look alike.
+    picks = [0, 1, 2, 3, 4, 5, 9, 7, 8, 6]
+    colours = [base[i] for i in picks] + sns.color_palette("husl", max(0, len(known) + len(extra) - len(picks)))
+    mapping = {label: colours[i] for i, label in enumerate(known + extra)}
+    return {label: mapping[label] for label in labels}
+
+
+def _hue_order(labels: Iterable[str]) -> list[str]:
+    known = [pub.attention_label(a) for a in pub.ATTENTION_ORDER]
+    labels = set(labels)
+    return [label for label in known if label in labels] + sorted(labels - set(known))
+
+
+def save(fig, out_dir: str | Path, name: str) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    for suffix, kwargs in ((".png", {"dpi": PNG_DPI}), (".pdf", {})):
+        path = out_dir / f"{name}{suffix}"
+        tmp = path.with_name(f".{path.name}.tmp{suffix}")
+        fig.savefig(tmp, **kwargs)
+        tmp.replace(path)  # atomic: a reader never sees half a figure
+        files.append(path)
+    plt.close(fig)
+    return files
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "plot"
+
+
+def _readable_log_axis(ax, which: str = "y") -> None:
+    """Log axis with engineering labels (2k, 5M); short spans also label the 2x and 5x ticks."""
+    from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    low, high = ax.get_ylim() if which == "y" else ax.get_xlim()
+    axis.set_major_locator(LogLocator(base=10))
+    axis.set_major_formatter(EngFormatter(sep=""))
+    if low > 0 and np.log10(high / low) < 1.5:
+        axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+        axis.set_minor_formatter(EngFormatter(sep=""))
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _log2_lengths(ax, lengths) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted({int(n) for n in lengths})
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([table.format_seq_len(n) for n in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+# ----------------------------------------------------------------------------------- accuracy vs speed
+def accuracy_vs_throughput(records: pd.DataFrame, out_dir: str | Path) -> PlotResult:
+    result = PlotResult("accuracy_vs_throughput")
+    df = table.normalise_records(records)
+    df = df[(df["status"] == "completed") & df["test_acc"].notna() & df["train_tokens_per_s"].notna()]
+    if df.empty:
+        result.skipped = "no completed run records with test accuracy and training throughput"
+        return result
+    points = (df.groupby(["task", "seq_len", "attention", "variant"], dropna=False)
+              .agg(acc=("test_acc", "mean"), speed=("train_tokens_per_s", "mean"), mem=("peak_mem_gb", "mean"),
+                   n=("test_acc", "size")).reset_index())
+    points["acc"] *= 100.0
+    points["Attention"] = points["attention"].map(pub.attention_label) + points["variant"].map(
+        lambda v: f" ({v})" if v else "")
+    multi_len = points.groupby("task")["seq_len"].nunique()
+    points["Task"] = [pub.task_label(t) + (f" ({table.format_seq_len(n)})" if multi_len[t] > 1 else "")
+                      for t, n in zip(points["task"], points["seq_len"])]
+    points = points.sort_values("task", key=lambda s: s.map(pub.task_sort_key))
+    has_mem = points["mem"].notna().any()
+    if has_mem:
+        points["Peak memory (GB)"] = points["mem"].round(2)
+    facets = points["Task"].nunique()
+    cols = min(3, facets)
+    setup_style()
+    grid = sns.relplot(
+        data=points, x="speed", y="acc", hue="Attention", hue_order=_hue_order(points["Attention"]),
+        palette=attention_palette(points["Attention"]), size="Peak memory (GB)" if has_mem else None,
+        sizes=(30, 400) if has_mem else None, col="Task", col_wrap=cols if facets > 1 else None,
+        height=PAGE_WIDTH_IN / cols / 1.25, aspect=1.1, alpha=0.75, edgecolor="black", linewidth=0.4,
+        facet_kws={"sharex": False, "sharey": False})
+    for ax in grid.axes.flat:
+        ax.set_xscale("log")
+        ax.margins(x=0.15, y=0.15)
+        _readable_log_axis(ax, "x")
+        ax.tick_params(axis="x", which="both", labelsize="small")
+    grid.set_axis_labels("training tokens/s", "test accuracy (%)")
+    grid.set_titles("{col_name}")
+    grid.figure.suptitle("Accuracy vs training throughput (bubble area = peak memory)" if has_mem else
+                         "Accuracy vs training throughput", y=1.02)
+    result.files = save(grid.figure, out_dir, result.name)
+    return result
+
+
+# ----------------------------------------------------------------------------------- efficiency vs N
+def efficiency_vs_length(records: pd.DataFrame | None, bench: pd.DataFrame | None, out_dir: str | Path,
+                         baseline: str = "softmax") -> list[PlotResult]:
+    """One figure per source kind (model benchmark, training runs), rows = settings with ≥ 2 lengths."""
+    summary = table.efficiency_summary(records, bench, baseline=baseline)
+    results = []
+    for kind, name in (("bench", "efficiency_bench"), ("runs", "efficiency_runs")):
+        result = PlotResult(name)
+        part = summary[summary["kind"] == kind]
+        measured = part[((part["status"] == "ok") & part["tokens_per_s"].notna()) | (part["status"] == "oom")]
+        lengths = measured.groupby("setting")["seq_len"].nunique()
+        part = part[part["setting"].isin(lengths[lengths >= 2].index)]
+        if part.empty:
+            what = "model-benchmark CSV (--bench)" if kind == "bench" else "training runs"
+            result.skipped = f"no {what} with at least two sequence lengths in one setting"
+            results.append(result)
+            continue
+        result.files = _efficiency_figure(part, out_dir, name)
+        results.append(result)
+    return results
+
+
+def _efficiency_figure(part: pd.DataFrame, out_dir, name: str) -> list[Path]:
+    from matplotlib.lines import Line2D
+
+    part = part.copy()
+    part["Attention"] = part["label"] + part["variant"].map(lambda v: f" ({v})" if v else "")
+    settings = list(dict.fromkeys(part["setting"]))
+    metrics = (("tokens_per_s", "throughput (tokens/s)"), ("peak_mem_gb", "peak memory (GB)"))
+    shown = part[part["status"].isin(["ok", "oom"])]
+    palette = attention_palette(part["Attention"])
+    order = _hue_order(shown["Attention"])
+    setup_style()
+    fig, axes = plt.subplots(len(settings), len(metrics), figsize=(PAGE_WIDTH_IN, 2.3 * len(settings) + 0.4),
+                             squeeze=False)
+    for row, setting in enumerate(settings):
+        data = part[part["setting"] == setting]
+        ok = data[data["status"] == "ok"].astype({"seq_len": float})
+        for col, (metric, ylabel) in enumerate(metrics):
+            ax = axes[row][col]
+            values = ok.dropna(subset=[metric])
+            if not values.empty:
+                sns.lineplot(data=values, x="seq_len", y=metric, hue="Attention", hue_order=order, palette=palette,
+                             marker="o", ax=ax, legend=False, errorbar=None)
+                ax.set_yscale("log")
+                _readable_log_axis(ax, "y")
+            else:
+                ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center")
+            for _, cell in data[data["status"] == "oom"].iterrows():
+                # A cross on the top edge: the step did not fit in memory at this length.
+                ax.plot(float(cell["seq_len"]), 0.97, marker="x", color=palette[cell["Attention"]], markersize=6,
+                        mew=1.5, transform=ax.get_xaxis_transform(), clip_on=False, linestyle="none")
+            _log2_lengths(ax, data["seq_len"].dropna())
+            ax.set_xlabel("sequence length" if row == len(settings) - 1 else "")
+            ax.set_ylabel(ylabel)
+            ax.set_title(setting if col == 0 else "", loc="left", fontsize="medium")
+    handles = [Line2D([], [], color=palette[label], marker="o", label=label) for label in order]
+    if (part["status"] == "oom").any():
+        handles.append(Line2D([], [], color="black", marker="x", linestyle="none", mew=1.5, label="out of memory"))
+    fig.tight_layout(rect=(0, 0.07 if len(handles) > 4 else 0.04, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), bbox_to_anchor=(0.5, 0.0))
+    return save(fig, out_dir, name)
+
+
+# ----------------------------------------------------------------------------------- kernels
+def load_kernels(paths: Iterable[str | Path]) -> pd.DataFrame:
+    frames = []
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise FileNotFoundError(f"kernel benchmark CSV not found: {path} (write one with `lra bench kernels`)")
+        try:
+            frame = pd.read_csv(path, comment="#")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path}: not a readable CSV ({err})") from None
+        missing = [c for c in KERNEL_COLUMNS if c not in frame.columns]
+        if missing:
+            hint = " (it looks like a `lra bench models` CSV: pass it with --bench)" if "attention" in frame.columns else ""
+            raise ValueError(f"{path}: not a `lra bench kernels` CSV, missing column(s) {', '.join(missing)}{hint}")
+        frame["file"] = str(path)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*KERNEL_COLUMNS, "file"])
+
+
+def kernel_tflops(kernels: pd.DataFrame, out_dir: str | Path) -> PlotResult:
+    result = PlotResult("kernel_tflops")
+    if kernels is None or kernels.empty:
+        result.skipped = "no kernel benchmark CSV (--kernels FILE from `lra bench kernels`)"
+        return result
+    df = kernels.copy()
+    df["tflops"] = pd.to_numeric(df["tflops"], errors="coerce")
+    df["seq_len"] = pd.to_numeric(df["seq_len"], errors="coerce")
+    df = df[(df["status"].astype(str) == "ok") & df["tflops"].notna() & df["seq_len"].notna()]
+    if df.empty:
+        result.skipped = "the kernel benchmark CSV has no successful (status ok) rows"
+        return result
+    parts = [f"d={int(d)}" if pd.notna(d) else "d=?" for d in df["head_dim"]]
+    if "dtype" in df.columns and df["dtype"].nunique() > 1:
+        parts = [f"{p}, {t}" for p, t in zip(parts, df["dtype"])]
+    df["config"] = parts
+    style = None
+    if "pattern" in df.columns and df["pattern"].fillna("dense").nunique() > 1:
+        df["pattern"] = df["pattern"].fillna("dense").astype(str)
+        style = "pattern"
+    passes = [p for p in ("fwd", "bwd", "fwd_bwd") if p in set(df["pass"])] + \
+        sorted(set(df["pass"]) - {"fwd", "bwd", "fwd_bwd"})
+    configs = sorted(df["config"].unique())
+    setup_style()
+    grid = sns.relplot(
+        data=df, x="seq_len", y="tflops", hue="impl", style=style, col="pass", col_order=passes,
+        row="config" if len(configs) > 1 else None, row_order=configs if len(configs) > 1 else None,
+        kind="line", marker="o", errorbar=None, height=PAGE_WIDTH_IN / max(len(passes), 1) / 1.2, aspect=1.2,
+        facet_kws={"sharey": False})
+    for ax in grid.axes.flat:
+        _log2_lengths(ax, df["seq_len"])
+    grid.set_axis_labels("sequence length", "TFLOP/s")
+    grid.set_titles("{col_name}, {row_name}" if len(configs) > 1 else "{col_name}")
+    result.files = save(grid.figure, out_dir, result.name)
+    return result
+
+
+# ----------------------------------------------------------------------------------- training curves
+def curve_points(records: pd.DataFrame) -> pd.DataFrame:
+    """Long frame of validation-accuracy curves: one row per (run, evaluation)."""
+    df = table.normalise_records(records)
+    if df.empty or "val_acc_curve" not in df.columns:
+        return pd.DataFrame(columns=["task", "seq_len", "attention", "variant", "run", "wall_s", "val_acc"])
+    rows = []
+    for _, record in df.iterrows():
+        curve = record["val_acc_curve"]
+        if not isinstance(curve, list):
+            continue
+        for point in curve:
+            if not isinstance(point, dict) or point.get("val_acc") is None or point.get("wall_s") is None:
+                continue
+            rows.append({"task": record["task"], "seq_len": record["seq_len"], "attention": record["attention"],
+                         "variant": record["variant"], "run": record["path"], "status": record["status"],
+                         "wall_s": float(point["wall_s"]), "val_acc": float(point["val_acc"]) * 100.0})
+    return pd.DataFrame(rows)
+
+
+def training_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[str] | None = None) -> list[PlotResult]:
+    points = curve_points(records)
+    if tasks:
+        points = points[points["task"].isin(list(tasks))]
+    if points.empty:
+        return [PlotResult("training_curves", skipped="no run records with a validation-accuracy curve")]
+    results = []
+    for task in sorted(points["task"].unique(), key=pub.task_sort_key):
+        data = points[points["task"] == task].copy()
+        data["Attention"] = data["attention"].map(pub.attention_label) + data["variant"].map(
+            lambda v: f" ({v})" if v else "")
+        span = data["wall_s"].max()
+        unit, scale = ("h", 3600.0) if span > 3 * 3600 else ("min", 60.0) if span > 180 else ("s", 1.0)
+        data["wall"] = data["wall_s"] / scale
+        lengths = sorted(data["seq_len"].dropna().unique())
+        setup_style()
+        grid = sns.relplot(
+            data=data, x="wall", y="val_acc", hue="Attention", hue_order=_hue_order(data["Attention"]),
+            palette=attention_palette(data["Attention"]), units="run", estimator=None, kind="line",
+            col="seq_len" if len(lengths) > 1 else None, height=2.6, aspect=1.5 if len(lengths) <= 1 else 1.1,
+            alpha=0.85, linewidth=1.2)
+        grid.set_axis_labels(f"wall-clock training time ({unit})", "validation accuracy (%)")
+        if len(lengths) > 1:
+            grid.set_titles("N = {col_name}")
+        grid.figure.suptitle(f"{pub.task_label(task)}: validation accuracy vs time (one line per run)", y=1.03)
+        result = PlotResult(f"curves_{slug(task)}")
+        result.files = save(grid.figure, out_dir, result.name)
+        results.append(result)
+    return results

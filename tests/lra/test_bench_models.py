@@ -1,0 +1,145 @@
+"""`lra bench models`: the grid it plans, a real tiny CPU run, OOM handling and resume."""
+import argparse
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from lra import table
+from lra.bench import models
+
+TINY = ["--seq-lens", "64", "128", "--tokens-per-batch", "512", "--steps", "3", "--warmup", "1"]
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser(prog="lra bench models")
+    models.add_arguments(parser)
+    return parser.parse_args([str(a) for a in argv])
+
+
+REGISTERED = ["flash", "flash_sparse", "softmax", "sdpa", "performer", "linformer", "bigbird"]
+
+
+def test_default_plan():
+    cells, settings = models.plan(parse(), REGISTERED, "cuda")
+    by_attention = {}
+    for cell in cells:
+        by_attention.setdefault(cell.attention, set()).add(cell.seq_len)
+    base = {1024, 2048, 4096, 8192, 16384}
+    assert by_attention["softmax"] == base and by_attention["sdpa"] == base
+    for name in ("flash", "flash_sparse", "performer", "linformer", "bigbird"):
+        assert by_attention[name] == base | {32768, 65536}
+    assert settings["modes"] == ["eager", "compiled"] and settings["options"] == {"sdpa": {"backend": "cudnn"}}
+    batch = {(c.regime, c.seq_len): c.batch_size for c in cells}
+    # Constant tokens per batch: 256 x 1K in the paper regime, 32K in the small one (at least one sequence).
+    assert batch[("paper", 1024)] == 256 and batch[("paper", 16384)] == 16 and batch[("paper", 65536)] == 4
+    assert batch[("small", 1024)] == 32 and batch[("small", 16384)] == 2 and batch[("small", 65536)] == 1
+    assert len(cells) == 2 * 2 * (2 * 5 + 5 * 7)
+
+
+def test_plan_options_and_errors():
+    cells, settings = models.plan(parse(*TINY, "--attentions", "softmax", "flash"), REGISTERED, "cpu")
+    assert {c.seq_len for c in cells} == {64, 128}  # explicit lengths: no 32K/64K extras
+    assert settings["modes"] == ["eager"] and {c.regime for c in cells} == {"custom"}
+    _, settings = models.plan(parse("--options", "sdpa.backend=math", "--attentions", "sdpa"), REGISTERED, "cuda")
+    assert settings["options"] == {"sdpa": {"backend": "math"}}
+    with pytest.raises(ValueError, match="unknown attention 'nope'"):
+        models.plan(parse("--attentions", "nope"), REGISTERED, "cpu")
+    with pytest.raises(ValueError, match="expected ATTENTION.OPTION=VALUE"):
+        models.plan(parse("--options", "backend=math"), REGISTERED, "cpu")
+    with pytest.raises(ValueError, match="bad sequence length"):
+        models.plan(parse("--seq-lens", "1M"), REGISTERED, "cpu")
+
+
+@pytest.fixture
+def one_thread():
+    """The suite runs two workers on two cores: a second intra-op thread per worker only adds contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_tiny_cpu_run_writes_valid_records(tmp_path, monkeypatch, one_thread):
+    out = tmp_path / "bench" / "models.csv"
+    attentions = ["softmax", "sdpa", "performer", "bigbird"]
+    assert models.run(parse(*TINY, "--attentions", *attentions, "--device", "cpu", "--out", out)) == 0
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == models.CSV_COLUMNS
+    assert len(frame) == len(attentions) * 2
+    ok = frame[frame["status"] == "ok"]
+    assert set(ok["attention"]) == {"softmax", "sdpa", "performer"}
+    assert (ok["ms_per_step"] > 0).all() and (ok["tokens_per_s"] > 0).all()
+    assert list(ok[ok["attention"] == "softmax"]["batch_size"]) == [8, 4]
+    assert (frame["tokens_per_batch"] == 512).all() and not frame["compile"].any()
+    expected_tokens = ok["batch_size"] * ok["seq_len"] / ok["ms_per_step"] * 1e3
+    assert ok["tokens_per_s"].to_numpy() == pytest.approx(expected_tokens.to_numpy(), rel=1e-4)
+    # BigBird needs more blocks than N=64/128 hold: recorded as unsupported with the reason, not fatal.
+    unsupported = frame[frame["status"] == "unsupported"]
+    assert set(unsupported["attention"]) == {"bigbird"}
+    assert unsupported["note"].str.len().gt(10).all()
+
+    meta = json.loads(out.with_name("models.meta.json").read_text())
+    assert {"command", "device", "versions", "git_rev", "date", "settings", "model"} <= set(meta)
+    assert meta["model"]["dim"] == 64 and meta["model"]["mlp_dim"] == 128 and meta["model"]["num_heads"] == 2
+    report = out.with_name("models.md").read_text()
+    assert "## Efficiency — model benchmark: custom batch, eager" in report and "n/a" in report
+
+    # The table command reads what the benchmark wrote.
+    summary = table.efficiency_summary(None, table.load_bench([out]))
+    assert summary[summary["attention"] == "softmax"]["speedup"].tolist() == pytest.approx([1.0, 1.0])
+
+    # Resume: every cell is done, so nothing is measured again and the rows stay.
+    monkeypatch.setattr(models, "run_cell", lambda *a, **k: pytest.fail("resume re-measured a finished cell"))
+    assert models.run(parse(*TINY, "--attentions", *attentions, "--device", "cpu", "--out", out, "--resume")) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out), frame)
+
+
+def test_oom_is_recorded_and_longer_lengths_skipped(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_measure(cell, **kwargs):
+        calls.append(cell.seq_len)
+        if cell.seq_len >= 128:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        return {"ms_per_step": 2.0, "samples_per_s": 4000.0, "tokens_per_s": 256000.0, "peak_mem_gb": float("nan")}
+
+    monkeypatch.setattr(models, "measure", fake_measure)
+    out = tmp_path / "oom.csv"
+    args = parse("--attentions", "softmax", "--seq-lens", "64", "128", "256", "--tokens-per-batch", "512",
+                 "--device", "cpu", "--out", out)
+    assert models.run(args) == 0
+    frame = pd.read_csv(out).set_index("seq_len")
+    assert calls == [64, 128]  # 256 is not tried after 128 ran out of memory
+    assert frame.loc[64, "status"] == "ok" and frame.loc[128, "status"] == "oom"
+    assert "OutOfMemoryError" in frame.loc[128, "note"]
+    assert frame.loc[256, "status"] == "oom" and "already at N=128" in frame.loc[256, "note"]
+    text = table.render(table.efficiency_sections(table.efficiency_summary(None, table.load_bench([out]))))
+    assert "OOM" in text
+
+
+def test_other_errors_do_not_stop_the_sweep(tmp_path, monkeypatch):
+    def broken(cell, **kwargs):
+        raise RuntimeError("triton compilation failed\nlong trace")
+
+    monkeypatch.setattr(models, "measure", broken)
+    out = tmp_path / "err.csv"
+    assert models.run(parse("--attentions", "softmax", "performer", "--seq-lens", "64", "--tokens-per-batch", "128",
+                            "--device", "cpu", "--out", out)) == 0
+    frame = pd.read_csv(out)
+    assert list(frame["status"]) == ["error", "error"]
+    assert frame["note"].tolist() == ["RuntimeError: triton compilation failed … long trace"] * 2
+
+
+def test_attention_refusing_a_length_is_unsupported(tmp_path, monkeypatch):
+    import lra.model
+
+    def refuse(*args, **kwargs):
+        raise ValueError("flash_sparse: layout 'bigbird' needs >= 8 blocks of 128, got 1\nsecond line")
+
+    monkeypatch.setattr(lra.model, "build_model", refuse)
+    cell = models.Cell("softmax", 64, "custom", 128, False)
+    row = models.run_cell(cell, device=torch.device("cpu"), options={}, steps=1, warmup=0, grad_clip=1.0, seed=0)
+    assert row["status"] == "unsupported" and row["note"] == "flash_sparse: layout 'bigbird' needs >= 8 blocks of 128, got 1"
+    assert row["batch_size"] == 2 and row["tokens_per_batch"] == 128

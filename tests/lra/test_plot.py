@@ -1,0 +1,137 @@
+"""`lra plot`: every figure is written (PNG + PDF, non-empty) from synthetic data; absent data is skipped."""
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lra import plot
+from lra.commands import plot as plot_command
+from lra.records import write_record
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_runs(root: Path) -> Path:
+    """Two tasks x three attentions x two seeds, plus a task trained at two lengths and an OOM run."""
+    speeds = {"softmax": 1000.0, "flash": 3000.0, "performer": 2500.0}
+    for task, base in (("listops", 0.36), ("pathfinder32", 0.70)):
+        for i, (attention, speed) in enumerate(speeds.items()):
+            for seed in (0, 1):
+                acc = base + 0.01 * i + 0.005 * seed
+                curve = [{"step": 50 * k, "wall_s": 40.0 * k * (1 + i), "val_acc": acc * k / 4} for k in range(1, 5)]
+                write_record(root / task / attention / f"s{seed}" / "result.json", dict(
+                    run_id=f"s{seed}", task=task, attention=attention, attention_options={}, seq_len=1024, seed=seed,
+                    preset="paper", status="completed", error=None, best_val_acc=acc, test_acc=acc,
+                    val_acc_curve=curve, train_tokens_per_s=speed, train_samples_per_s=speed / 1024,
+                    peak_mem_gb=4.0 / (1 + i), wall_time_s=160.0, time_to_best_s=120.0))
+    for n, speed in ((1024, 4000.0), (2048, 2100.0), (4096, 1000.0)):
+        for attention in ("flash", "softmax"):
+            status = "oom" if attention == "softmax" and n == 4096 else "completed"
+            write_record(root / "text" / attention / f"n{n}" / "result.json", dict(
+                run_id=f"n{n}", task="text", attention=attention, seq_len=n, seed=0, preset="paper", status=status,
+                test_acc=0.6 if status == "completed" else None,
+                val_acc_curve=[{"step": 1, "wall_s": 10.0, "val_acc": 0.55}] if status == "completed" else [],
+                train_tokens_per_s=speed / (2 if attention == "softmax" else 1) if status == "completed" else None,
+                peak_mem_gb=n / 1024 if status == "completed" else None))
+    return root
+
+
+def write_bench(path: Path) -> Path:
+    rows = []
+    for compiled in (False, True):
+        for attention, ms in (("softmax", 10.0), ("flash", 3.0), ("performer", 4.0)):
+            for n in (1024, 2048, 4096, 8192):
+                oom = attention == "softmax" and n == 8192
+                t = ms * n / 1024
+                rows.append(dict(attention=attention, seq_len=n, batch_size=262144 // n, tokens_per_batch=262144,
+                                 regime="paper", compile=compiled, ms_per_step=None if oom else t,
+                                 samples_per_s=None if oom else 262144 // n / t * 1e3,
+                                 tokens_per_s=None if oom else 262144 / t * 1e3,
+                                 peak_mem_gb=None if oom else n / 512, status="oom" if oom else "ok", note=""))
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def write_kernels(path: Path) -> Path:
+    rows = []
+    for impl, eff in (("flash", 1.0), ("sdpa_cudnn", 1.2), ("softmax", 0.3)):
+        for direction in ("fwd", "bwd", "fwd_bwd"):
+            for d in (64,):
+                for n in (1024, 4096, 16384):
+                    rows.append({"impl": impl, "pass": direction, "seq_len": n, "head_dim": d, "batch": 8, "heads": 4,
+                                 "dtype": "bf16", "pattern": "dense", "density": 1.0, "ms": 1.0,
+                                 "tflops": eff * (100 - 1e5 / n), "extra_mem_gb": 0.1, "status": "ok", "note": ""})
+    rows.append({**rows[0], "seq_len": 65536, "status": "oom", "tflops": None})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def run_cli(*argv):
+    parser = argparse.ArgumentParser(prog="lra")
+    plot_command.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["plot", *map(str, argv)])
+    return args.func(args)
+
+
+def assert_figure(path_stem: Path):
+    png, pdf = path_stem.with_suffix(".png"), path_stem.with_suffix(".pdf")
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000, png
+    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 5_000, pdf
+
+
+def test_all_plots_written(tmp_path, capsys):
+    runs = write_runs(tmp_path / "runs")
+    out = tmp_path / "figs"
+    code = run_cli("accuracy", "efficiency", "kernels", "--out", out, "--runs", runs,
+                   "--bench", write_bench(tmp_path / "bench.csv"), "--kernels", write_kernels(tmp_path / "kernels.csv"))
+    assert code == 0
+    # Training curves: one figure per task; the task trained at three lengths (a facet per length) is enough here.
+    assert run_cli("curves", "--out", out, "--runs", runs, "--task", "text") == 0
+    for name in ("accuracy_vs_throughput", "efficiency_bench", "efficiency_runs", "kernel_tflops", "curves_text"):
+        assert_figure(out / name)
+    assert not (out / "curves_listops.png").exists()
+    printed = capsys.readouterr().out
+    assert f"wrote {out / 'kernel_tflops.pdf'}" in printed
+    from PIL import Image
+
+    # Paper-sized: at most a page wide (7 in) plus the legend, at 200 dpi.
+    width, height = Image.open(out / "accuracy_vs_throughput.png").size
+    assert 600 < width <= 10 * plot.PNG_DPI and height < 8 * plot.PNG_DPI
+    assert not plot.accuracy_vs_throughput(pd.DataFrame(), out).files
+
+
+def test_absent_data_is_skipped_not_fatal(tmp_path, capsys):
+    empty = tmp_path / "runs"
+    empty.mkdir()
+    assert run_cli("--out", tmp_path / "figs", "--runs", empty) == 1
+    err = capsys.readouterr().err
+    for name in ("accuracy_vs_throughput", "efficiency_bench", "efficiency_runs", "kernel_tflops", "training_curves"):
+        assert f"skipped {name}:" in err
+    assert "no figure written" in err
+    # Only the kernel plot requested, with a CSV whose rows all failed: skipped with a reason.
+    kernels = tmp_path / "k.csv"
+    pd.DataFrame([{"impl": "flash", "pass": "fwd", "seq_len": 1024, "head_dim": 64, "tflops": None,
+                   "status": "oom"}]).to_csv(kernels, index=False)
+    assert run_cli("kernels", "--out", tmp_path / "figs", "--runs", empty, "--kernels", kernels) == 1
+    assert "no successful (status ok) rows" in capsys.readouterr().err
+
+
+def test_corrupt_record_is_reported_and_skipped(tmp_path, capsys):
+    runs = write_runs(tmp_path / "runs")
+    bad = runs / "listops" / "flash" / "torn" / "result.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{\n  \"task\": \"listops\",\n")
+    assert run_cli("curves", "--out", tmp_path / "figs", "--runs", runs, "--task", "listops") == 0
+    err = capsys.readouterr().err
+    assert "skipping corrupt run record" in err and str(bad) in err
+    assert_figure(tmp_path / "figs" / "curves_listops")
+    assert not (tmp_path / "figs" / "curves_text.png").exists()
+
+
+def test_bad_inputs(tmp_path):
+    bench = write_bench(tmp_path / "bench.csv")
+    with pytest.raises(ValueError, match="looks like a `lra bench models` CSV"):
+        run_cli("kernels", "--kernels", bench, "--out", tmp_path)
+    with pytest.raises(ValueError, match="unknown plot 'pie'"):
+        run_cli("pie", "--out", tmp_path)

@@ -1,0 +1,257 @@
+"""`lra table`: accuracy and efficiency tables from synthetic run records, checked against hand-computed values."""
+import argparse
+import io
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lra import published as pub
+from lra import table
+from lra.commands import table as table_command
+from lra.records import write_record
+
+PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "results" / "published"
+
+
+def record(root, task, attention, seed, *, status="completed", acc=None, seq_len=1024, tokens=1000.0, mem=1.5,
+           wall=600.0, best=300.0, created="2026-11-30T12:00:00", run_id=None, **extra):
+    run_id = run_id or f"paper-n{seq_len}-s{seed}"
+    done = status == "completed"
+    data = dict(run_id=run_id, task=task, attention=attention, attention_options={}, seq_len=seq_len, seed=seed,
+                preset="paper", status=status, error=None if done else f"{status}: CUDA out of memory (seed {seed})",
+                best_val_acc=acc, test_acc=acc,
+                val_acc_curve=[{"step": 100 * i, "wall_s": 30.0 * i, "val_acc": 0.1 * i} for i in range(1, 4)],
+                train_tokens_per_s=tokens if done else None, train_samples_per_s=tokens / seq_len if done else None,
+                step_time_ms=10.0, peak_mem_gb=mem if done else None, wall_time_s=wall if done else None,
+                time_to_best_s=best if done else None, created=created)
+    data.update(extra)
+    write_record(Path(root) / task / attention / run_id / "result.json", data)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    # flash / listops: three seeds -> mean 38.0, sample std 2.0; plus an older rerun of seed 0 that must not count.
+    for seed, acc in enumerate((0.36, 0.38, 0.40)):
+        record(root, "listops", "flash", seed, acc=acc, tokens=3000.0)
+    record(root, "listops", "flash", 0, acc=0.10, tokens=3000.0, created="2026-11-29T00:00:00", run_id="old-s0")
+    # softmax / listops: two seeds complete (mean 36.0, std sqrt(2)), seed 2 ran out of memory.
+    record(root, "listops", "softmax", 0, acc=0.35)
+    record(root, "listops", "softmax", 1, acc=0.37)
+    record(root, "listops", "softmax", 2, status="oom")
+    # flash / text: one seed only (seeds 1 and 2 missing) -> n=1, no std.
+    record(root, "text", "flash", 0, acc=0.64, seq_len=4096, tokens=5000.0)
+    # flash / pathx: OOM only; performer / listops: failed only.
+    record(root, "pathx", "flash", 0, status="oom", seq_len=16384)
+    record(root, "listops", "performer", 0, status="failed")
+    # A corrupt record next to them.
+    bad = root / "image" / "flash" / "broken" / "result.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"task": "image", "attention": ')
+    return root
+
+
+@pytest.fixture
+def records(runs):
+    from lra.records import load_records
+
+    with pytest.warns(UserWarning, match="broken"):
+        return load_records(runs)
+
+
+@pytest.fixture(scope="module")
+def published():
+    return pub.load_accuracy(PUBLISHED_DIR)
+
+
+def cell(summary, attention, task):
+    hit = summary[(summary["attention"] == attention) & (summary["task"] == task)]
+    assert len(hit) == 1, hit
+    return hit.iloc[0]
+
+
+def test_accuracy_summary_matches_hand_computed(records, published):
+    summary = table.accuracy_summary(records, published)
+    flash = cell(summary, "flash", "listops")
+    assert (flash["n"], flash["mean"], flash["std"], flash["seeds"]) == (3, pytest.approx(38.0), pytest.approx(2.0), "0 1 2")
+    assert flash["duplicates"] == 1  # the older rerun of seed 0 (10 %) is ignored
+    assert flash["published_fa"] == 37.6 and flash["delta_fa"] == pytest.approx(0.4)
+    assert math.isnan(flash["published_lra"]) and math.isnan(flash["delta_lra"])
+
+    softmax = cell(summary, "softmax", "listops")
+    assert (softmax["n"], softmax["oom"]) == (2, 1)
+    assert softmax["mean"] == pytest.approx(36.0) and softmax["std"] == pytest.approx(math.sqrt(2))
+    assert softmax["delta_fa"] == pytest.approx(0.0) and softmax["delta_lra"] == pytest.approx(36.0 - 36.37)
+
+    text = cell(summary, "flash", "text")
+    assert text["n"] == 1 and text["mean"] == pytest.approx(64.0) and math.isnan(text["std"])
+    assert text["delta_fa"] == pytest.approx(64.0 - 63.9)
+
+    pathx = cell(summary, "flash", "pathx")
+    assert (pathx["n"], pathx["oom"]) == (0, 1) and math.isnan(pathx["mean"])
+    assert pathx["published_fa"] == 61.4
+    performer = cell(summary, "performer", "listops")
+    assert (performer["n"], performer["failed"]) == (0, 1)
+
+    # Average over the papers' five tasks: flash has ListOps and Text -> (38 + 64) / 2 over 2 of 5 tasks; no Δ.
+    avg = cell(summary, "flash", "avg")
+    assert avg["n"] == 2 and avg["mean"] == pytest.approx(51.0) and math.isnan(avg["delta_fa"])
+    assert avg["published_fa"] == 59.8
+    # Speedup: geometric mean over tasks with a softmax anchor -> only ListOps, 3000 / 1000.
+    assert cell(summary, "flash", "speedup")["mean"] == pytest.approx(3.0)
+    assert cell(summary, "softmax", "speedup")["mean"] == pytest.approx(1.0)
+    assert cell(summary, "flash", "speedup")["published_fa"] == 2.4
+
+
+def test_full_average_and_its_delta(tmp_path, published):
+    from lra.records import load_records
+
+    accs = {"listops": 0.37, "text": 0.65, "retrieval": 0.80, "image": 0.44, "pathfinder32": 0.74}
+    for task, acc in accs.items():
+        record(tmp_path, task, "softmax", 0, acc=acc)
+        record(tmp_path, task, "softmax", 1, acc=acc + 0.02)
+    summary = table.accuracy_summary(load_records(tmp_path), published)
+    avg = cell(summary, "softmax", "avg")
+    expected = sum(accs.values()) / 5 * 100 + 1.0
+    assert avg["n"] == 5 and avg["mean"] == pytest.approx(expected)
+    assert avg["delta_fa"] == pytest.approx(expected - 59.3) and avg["delta_lra"] == pytest.approx(expected - 54.39)
+    retrieval = cell(summary, "softmax", "retrieval")
+    assert retrieval["std"] == pytest.approx(math.sqrt(2))  # two seeds 2 points apart
+
+
+def test_accuracy_display(records, published):
+    sections = table.accuracy_sections(table.accuracy_summary(records, published), published, records)
+    shown = sections[0].table
+    assert list(shown.columns[:2]) == ["Attention", "Numbers"]
+    assert {"ListOps", "Text", "Path-X", "Avg", "Speedup"} <= set(shown.columns)
+    flash = shown[shown["Attention"] == "FlashAttention"].iloc[0]
+    assert flash["ListOps"] == "38.0 ± 2.0 (n=3)" and flash["Text"] == "64.0 (n=1)"
+    assert flash["Path-X"] == "OOM" and flash["Avg"] == "51.0 (2/5 tasks)" and flash["Speedup"] == "3.00×"
+    softmax_rows = shown.index[shown["Attention"] == "Transformer"][0]
+    assert shown.loc[softmax_rows, "ListOps"] == "36.0 ± 1.4 (n=2) [1 oom]"
+    lra_row = shown.loc[softmax_rows + 3]
+    assert lra_row["Numbers"] == "LRA paper" and lra_row["ListOps"] == "36.37" and lra_row["Path-X"] == "fail"
+    assert shown.loc[softmax_rows + 4, "ListOps"] == "-0.4"
+    assert shown[shown["Attention"] == "Performer"].iloc[0]["ListOps"] == "failed"
+    notes = "\n".join(sections[0].notes)
+    assert "Not counted — OOM: listops / softmax N=1K seed 2" in notes and "Not counted — failed" in notes
+    assert "arXiv:2205.14135" in notes and "1 repeated run" in notes
+
+
+def test_efficiency_from_records(records):
+    summary = table.efficiency_summary(records)
+    flash = summary[(summary["attention"] == "flash") & (summary["task"] == "listops")].iloc[0]
+    assert flash["tokens_per_s"] == 3000.0 and flash["speedup"] == pytest.approx(3.0) and flash["n"] == 3
+    assert flash["wall_time_s"] == 600.0 and flash["time_to_best_s"] == 300.0
+    pathx = summary[summary["task"] == "pathx"].iloc[0]
+    assert pathx["status"] == "oom"
+    text = table.render(table.efficiency_sections(summary), "markdown")
+    assert "## Efficiency — ListOps: training runs" in text and "| OOM" in text and "3.00×" in text
+    assert "10m00s" in text and "5m00s" in text
+
+
+def bench_csv(path, rows=None):
+    rows = rows or []
+    if not rows:
+        for compiled in (False, True):
+            for attention, ms in (("softmax", 10.0), ("sdpa", 4.0), ("flash", 2.0)):
+                for n in (1024, 2048, 4096):
+                    oom = attention == "softmax" and n == 4096
+                    factor = 0.5 if compiled else 1.0
+                    batch = 262144 // n
+                    rows.append(dict(attention=attention, seq_len=n, batch_size=batch, tokens_per_batch=262144,
+                                     regime="paper", compile=compiled, ms_per_step=None if oom else ms * n / 1024 * factor,
+                                     samples_per_s=None, tokens_per_s=None if oom else 262144 / (ms * n / 1024 * factor) * 1e3,
+                                     peak_mem_gb=None if oom else 1.0, status="oom" if oom else "ok",
+                                     note="OutOfMemoryError: tried" if oom else ""))
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_efficiency_from_bench(tmp_path):
+    bench = table.load_bench([bench_csv(tmp_path / "bench.csv")])
+    summary = table.efficiency_summary(None, bench)
+    eager = summary[summary["setting"] == "model benchmark: paper batch, eager"]
+    flash = eager[(eager["attention"] == "flash") & (eager["seq_len"] == 2048)].iloc[0]
+    assert flash["speedup"] == pytest.approx(5.0) and flash["speedup_sdpa"] == pytest.approx(2.0)
+    assert math.isnan(flash["speedup_eager"])
+    flash_4k = eager[(eager["attention"] == "flash") & (eager["seq_len"] == 4096)].iloc[0]
+    assert math.isnan(flash_4k["speedup"])  # softmax OOM at 4K: no anchor
+    compiled = summary[summary["setting"] == "model benchmark: paper batch, compiled"]
+    flash_c = compiled[(compiled["attention"] == "flash") & (compiled["seq_len"] == 1024)].iloc[0]
+    assert flash_c["speedup"] == pytest.approx(5.0) and flash_c["speedup_eager"] == pytest.approx(10.0)
+    assert list(dict.fromkeys(summary["setting"])) == ["model benchmark: paper batch, eager",
+                                                       "model benchmark: paper batch, compiled"]
+    text = table.render(table.efficiency_sections(summary), "markdown")
+    assert "vs eager softmax" in text and "OOM" in text and "Batch size per length: 1K: 256, 2K: 128, 4K: 64" in text
+
+
+def run_cli(*argv):
+    parser = argparse.ArgumentParser(prog="lra")
+    table_command.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["table", *map(str, argv)])
+    return args.func(args)
+
+
+def test_every_format_renders(runs, tmp_path, capsys):
+    bench = bench_csv(tmp_path / "bench.csv")
+    assert run_cli("--runs", runs, "--bench", bench) == 0
+    out, err = capsys.readouterr()
+    assert "## Accuracy (test %)" in out and "## Efficiency — model benchmark: paper batch, eager" in out
+    assert "skipping corrupt run record" in err and "broken/result.json" in err  # reported, with path; not fatal
+
+    assert run_cli("accuracy", "--runs", runs, "--format", "latex") == 0
+    out = capsys.readouterr().out
+    assert r"\begin{tabular}" in out and r"38.0 $\pm$ 2.0 (n=3)" in out and r"\bottomrule" in out
+
+    assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
+    frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    row = frame[(frame["attention"] == "flash") & (frame["task"] == "listops")].iloc[0]
+    assert row["mean"] == pytest.approx(38.0) and row["std"] == pytest.approx(2.0) and row["n"] == 3
+
+    out_file = tmp_path / "tables" / "lra.csv"
+    assert run_cli("--runs", runs, "--bench", bench, "--format", "csv", "--out", out_file) == 0
+    efficiency = pd.read_csv(tmp_path / "tables" / "lra-efficiency.csv")
+    assert set(efficiency["kind"]) == {"runs", "bench"}
+    assert (tmp_path / "tables" / "lra-accuracy.csv").stat().st_size > 0
+
+    md_file = tmp_path / "tables" / "lra.md"
+    assert run_cli("efficiency", "--bench", bench, "--runs", runs, "--out", md_file) == 0
+    assert md_file.read_text().startswith("## Efficiency")
+
+
+def test_filters(runs, capsys):
+    assert run_cli("accuracy", "--runs", runs, "--task", "listops", "--attention", "flash", "softmax",
+                   "--format", "csv") == 0
+    frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert set(frame["task"]) == {"listops", "avg", "speedup"} and set(frame["attention"]) == {"flash", "softmax"}
+    assert run_cli("accuracy", "--runs", runs, "--seq-len", "16K", "--format", "csv") == 0
+    frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert set(frame["task"]) == {"pathx"}
+    assert table.parse_seq_len("4k") == 4096 and table.parse_seq_len("1000") == 1000
+    with pytest.raises(ValueError, match="bad sequence length"):
+        table.parse_seq_len("4M")
+
+
+def test_bad_input_is_one_clear_error(tmp_path, runs, capsys):
+    kernels = tmp_path / "kernels.csv"
+    pd.DataFrame([{"impl": "flash", "pass": "fwd", "seq_len": 1024, "tflops": 1.0}]).to_csv(kernels, index=False)
+    with pytest.raises(ValueError, match=r"kernels\.csv is a `lra bench kernels` CSV"):
+        run_cli("--runs", runs, "--bench", kernels)
+    with pytest.raises(FileNotFoundError, match="benchmark CSV not found"):
+        run_cli("--runs", runs, "--bench", tmp_path / "nope.csv")
+    with pytest.raises(ValueError, match="unknown table 'speed'"):
+        run_cli("speed", "--runs", runs)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run_cli("--runs", empty) == 1
+    assert "nothing to tabulate" in capsys.readouterr().err
+
+
+def test_formatting_helpers():
+    assert table.format_seq_len(16384) == "16K" and table.format_seq_len(1000) == "1000"
+    assert table.format_rate(1_234_567) == "1.23M" and table.format_rate(45_600) == "45.6k"
+    assert table.format_duration(3725) == "1h02m" and table.format_duration(200) == "3m20s"
+    assert table.latex_escape("a_b ± 1%") == r"a\_b $\pm$ 1\%"
