@@ -1,0 +1,240 @@
+"""The one LightningDataModule every LRA task uses, its two dataset kinds and the data-source API.
+
+Data sources (official files, generators, tfds, local folders) hand over each split in one of two
+forms:
+  * `TokenSplit`: one or two (retrieval) ragged token arrays plus labels. Tokens are stored as
+    they come (raw bytes for text, ids for ListOps); the dataset adds `token_offset` so that id 0
+    stays free for padding.
+  * `PixelSplit`: a uint8 (N, H, W) array (usually memory-mapped) plus labels. Every pixel is a
+    token (ids 0..255); pixel 0 is black, a real value, and is never padding.
+
+Batches are dicts: `input_ids` LongTensor (B, N) — (B, 2, N) for two-document tasks —,
+`padding_mask` bool of the same shape (True = padding), `label` LongTensor (B,). Token sequences
+are truncated to `max_len` and padded to exactly `max_len` (fixed shapes, as in the LRA code).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+SPLITS = ("train", "val", "test")
+
+
+class Ragged:
+    """N variable-length 1-D arrays stored as one flat array + offsets (N + 1)."""
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        self.flat = flat
+        self.offsets = offsets.astype(np.int64, copy=False)
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray], dtype=np.uint8, max_len: int | None = None) -> "Ragged":
+        if max_len is not None:
+            arrays = [a[:max_len] for a in arrays]
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.concatenate(arrays).astype(dtype, copy=False) if len(arrays) else np.zeros(0, dtype)
+        return cls(flat, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def take(self, indices: np.ndarray) -> "Ragged":
+        return Ragged.from_arrays([self[int(i)] for i in indices], dtype=self.flat.dtype)
+
+
+@dataclass
+class TokenSplit:
+    sequences: tuple[Ragged, ...]     # one per document (two for retrieval)
+    labels: np.ndarray                # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class PixelSplit:
+    images: np.ndarray                # (M, H, W) uint8, possibly a memmap
+    labels: np.ndarray                # (N,) int64 label of example i
+    indices: np.ndarray | None = None # example i is images[indices[i]] (None: identity)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+class TokenDataset(Dataset):
+    """Ragged token sequences -> fixed-length ids + padding mask (pad id 0)."""
+
+    def __init__(self, split: TokenSplit, max_len: int, token_offset: int, limit: int | None = None):
+        self.split = split
+        self.max_len = int(max_len)
+        self.token_offset = int(token_offset)
+        self.size = len(split) if limit is None else min(len(split), int(limit))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < self.size:
+            raise IndexError(i)
+        docs = self.split.sequences
+        ids = np.zeros((len(docs), self.max_len), dtype=np.int64)
+        mask = np.ones((len(docs), self.max_len), dtype=bool)
+        for d, seq in enumerate(docs):
+            tokens = seq[i][: self.max_len]
+            ids[d, : len(tokens)] = tokens.astype(np.int64) + self.token_offset
+            mask[d, : len(tokens)] = False
+        if len(docs) == 1:
+            ids, mask = ids[0], mask[0]
+        return {"input_ids": torch.from_numpy(ids), "padding_mask": torch.from_numpy(mask),
+                "label": torch.tensor(int(self.split.labels[i]), dtype=torch.long)}
+
+
+class PixelDataset(Dataset):
+    """uint8 images -> flattened pixel ids 0..255; the padding mask is all False."""
+
+    def __init__(self, split: PixelSplit, limit: int | None = None):
+        self.split = split
+        self.size = len(split) if limit is None else min(len(split), int(limit))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getstate__(self):
+        # DataLoader workers started with "spawn" get the memory map's path, not a copy of the data.
+        state = dict(self.__dict__)
+        images = self.split.images
+        if isinstance(images, np.memmap) and images.filename:
+            state["split"] = PixelSplit(None, self.split.labels, self.split.indices)
+            state["_images_path"] = images.filename
+        return state
+
+    def __setstate__(self, state):
+        path = state.pop("_images_path", None)
+        self.__dict__.update(state)
+        if path is not None:
+            self.split.images = np.load(path, mmap_mode="r")
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < self.size:
+            raise IndexError(i)
+        j = i if self.split.indices is None else int(self.split.indices[i])
+        pixels = np.asarray(self.split.images[j], dtype=np.int64).reshape(-1)
+        return {"input_ids": torch.from_numpy(pixels),
+                "padding_mask": torch.zeros(pixels.shape[0], dtype=torch.bool),
+                "label": torch.tensor(int(self.split.labels[i]), dtype=torch.long)}
+
+
+class DataSource(ABC):
+    """One way of getting a task's data (official files, a generator, tfds, a local folder)."""
+
+    kind: str = "?"
+
+    @abstractmethod
+    def available(self) -> bool:
+        """True when this source can serve data now (or, for generators, can make it)."""
+
+    @abstractmethod
+    def missing_help(self) -> str:
+        """What to put where (or what to install) when `available()` is False."""
+
+    def prepare(self) -> None:
+        """Generate / convert / download; called once per node before `load`."""
+        self.require()
+
+    @abstractmethod
+    def load(self, split: str) -> TokenSplit | PixelSplit:
+        """The split's data ('train', 'val' or 'test')."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line saying where the data comes from."""
+
+    def require(self) -> None:
+        if not self.available():
+            raise FileNotFoundError(self.missing_help())
+
+
+class LraDataModule(pl.LightningDataModule):
+    """A task's train/val/test data as batches of the layout described in the module docstring.
+
+    Attributes the model reads after construction: `num_classes`, `vocab_size`, `max_len`,
+    `dual`, `image_shape`; also `task`, `source` (a DataSource) and, after `setup`, `split_sizes`."""
+
+    def __init__(self, spec, source: DataSource, *, batch_size: int, max_len: int, num_workers: int = 0,
+                 seed: int = 0, limit_train: int | None = None, limit_eval: int | None = None):
+        super().__init__()
+        self.spec = spec
+        self.task = spec.name
+        self.source = source
+        self.num_classes = spec.num_classes
+        self.vocab_size = spec.vocab_size
+        self.max_len = int(max_len)
+        self.dual = spec.dual
+        self.image_shape = spec.image_shape
+        self.token_offset = spec.token_offset
+        self.batch_size = int(batch_size)
+        self.num_workers = int(num_workers)
+        self.seed = int(seed)
+        self.limits = {"train": limit_train, "val": limit_eval, "test": limit_eval}
+        self.datasets: dict[str, Dataset] = {}
+        self.split_sizes: dict[str, int] = {}
+
+    def prepare_data(self) -> None:
+        self.source.prepare()
+
+    def setup(self, stage: str | None = None) -> None:
+        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",),
+                  "predict": ("test",)}.get(stage, SPLITS)
+        for split in wanted:
+            if split not in self.datasets:
+                self.datasets[split] = self._dataset(split)
+                self.split_sizes[split] = len(self.datasets[split])
+
+    def _dataset(self, split: str) -> Dataset:
+        data = self.source.load(split)
+        limit = self.limits[split]
+        if isinstance(data, PixelSplit):
+            return PixelDataset(data, limit=limit)
+        return TokenDataset(data, self.max_len, self.token_offset, limit=limit)
+
+    def dataset(self, split: str) -> Dataset:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if split not in self.datasets:
+            self.datasets[split] = self._dataset(split)
+            self.split_sizes[split] = len(self.datasets[split])
+        return self.datasets[split]
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        generator = torch.Generator()
+        generator.manual_seed(self.seed)
+        return DataLoader(self.dataset(split), batch_size=self.batch_size, shuffle=shuffle,
+                          num_workers=self.num_workers, generator=generator if shuffle else None,
+                          pin_memory=torch.cuda.is_available(),
+                          persistent_workers=self.num_workers > 0, drop_last=False)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def describe(self) -> str:
+        return f"{self.task}: {self.source.describe()}"

@@ -1,0 +1,187 @@
+"""Pixel data sets on disk: `images.npy` (N, H, W) uint8, memory-mapped, + `labels.npy` (N,) int64.
+
+`fill_images` writes the image array in parallel over CPU cores, chunk by chunk, with a progress
+bar. Finished chunks are recorded in `done.npy`, so an interrupted fill resumes where it stopped
+(used inside a cache staging folder, see `tasks.cache`).
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+IMAGES = "images.npy"
+LABELS = "labels.npy"
+DONE = "done.npy"
+
+
+def open_images(folder: Path, mode: str = "r") -> np.ndarray:
+    return np.load(Path(folder) / IMAGES, mmap_mode=mode)
+
+
+def load_labels(folder: Path) -> np.ndarray:
+    return np.load(Path(folder) / LABELS)
+
+
+def save_labels(folder: Path, labels: np.ndarray) -> None:
+    path = Path(folder) / LABELS
+    tmp = path.with_name(f".{path.name}.tmp.npy")
+    np.save(tmp, np.asarray(labels, dtype=np.int64))
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Job:
+    """`module.function(start, stop, out, **kwargs)` fills out[0:stop-start] with images start..stop
+    and returns per-image int labels (or None). Must be importable by worker processes."""
+
+    function: str          # "package.module:function"
+    kwargs: dict
+
+
+def _resolve(function: str):
+    module, name = function.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _run_chunk(job: Job, path: str, start: int, stop: int):
+    images = np.load(path, mmap_mode="r+")
+    t0 = time.perf_counter()
+    labels = _resolve(job.function)(start, stop, images[start:stop], **job.kwargs)
+    images.flush()
+    del images
+    return start, stop, None if labels is None else np.asarray(labels, dtype=np.int64), time.perf_counter() - t0
+
+
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes for CPU-bound numpy/PIL jobs. "fork" where the platform has it: no
+    re-import of the caller's __main__ (spawn would need an `if __name__ == "__main__"` guard in
+    every user script) and the jobs never touch the threads (e.g. torch's) that fork cannot copy."""
+    import warnings
+
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+        return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS / Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def fill_images(folder: Path, n: int, shape: Sequence[int], job: Job, *, workers: int | None = None,
+                chunk: int | None = None, description: str = "images", progress: bool | None = None) -> dict:
+    """Create (or resume) `folder/images.npy` with `n` images of `shape` filled by `job`.
+
+    Returns {"labels": array or None, "seconds": wall time, "cpu_seconds": time summed over chunks,
+    "images": images made in this call}. Labels returned by the job are collected in order."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / IMAGES
+    shape = tuple(int(s) for s in shape)
+    workers = default_workers() if workers is None else max(1, int(workers))
+    if chunk is None:
+        chunk = int(np.clip(n // (workers * 8) if n else 1, 8, 1024))
+    starts = list(range(0, n, chunk))
+    if n == 0:
+        np.save(path, np.zeros((0, *shape), dtype=np.uint8))
+        return {"labels": None, "seconds": 0.0, "cpu_seconds": 0.0, "images": 0}
+    images = None
+    if path.exists():
+        try:
+            images = np.load(path, mmap_mode="r+")
+        except (ValueError, OSError):
+            images = None
+        if images is not None and (images.shape != (n, *shape) or images.dtype != np.uint8):
+            images = None
+    if images is None:
+        images = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(n, *shape))
+        done = np.zeros(len(starts), dtype=bool)
+    else:
+        try:
+            done = np.load(folder / DONE)
+            if done.shape != (len(starts),):
+                done = np.zeros(len(starts), dtype=bool)
+        except (OSError, ValueError):
+            done = np.zeros(len(starts), dtype=bool)
+    del images
+    labels_path = folder / "partial_labels.npy"
+    try:
+        labels = np.load(labels_path) if done.any() else None
+        if labels is not None and labels.shape != (n,):
+            labels, done = None, np.zeros(len(starts), dtype=bool)
+    except (OSError, ValueError):
+        labels, done = None, np.zeros(len(starts), dtype=bool)
+
+    todo = [i for i, d in enumerate(done) if not d]
+    made = sum(min(starts[i] + chunk, n) - starts[i] for i in todo)
+    show = sys.stderr.isatty() if progress is None else progress
+    t0 = time.perf_counter()
+    cpu = 0.0
+
+    def record(i, stop, chunk_labels, seconds):
+        nonlocal labels, cpu
+        cpu += seconds
+        if chunk_labels is not None:
+            if labels is None:
+                labels = np.full(n, -1, dtype=np.int64)
+            labels[starts[i]:stop] = chunk_labels
+            np.save(labels_path, labels)
+        done[i] = True
+        tmp = folder / ".done.tmp.npy"
+        np.save(tmp, done)
+        os.replace(tmp, folder / DONE)
+
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, disable=not show, transient=False) as bar:
+        task = bar.add_task(description, total=n, completed=n - made, rate="")
+        finished = 0
+
+        def advance(count):
+            nonlocal finished
+            finished += count
+            elapsed = time.perf_counter() - t0
+            bar.update(task, advance=count, rate=f"{finished / max(elapsed, 1e-9):,.0f} img/s")
+
+        if workers == 1 or len(todo) <= 1:
+            for i in todo:
+                stop = min(starts[i] + chunk, n)
+                _, _, chunk_labels, seconds = _run_chunk(job, str(path), starts[i], stop)
+                record(i, stop, chunk_labels, seconds)
+                advance(stop - starts[i])
+        else:
+            with process_pool(min(workers, len(todo))) as pool:
+                pending = {pool.submit(_run_chunk, job, str(path), starts[i], min(starts[i] + chunk, n)): i
+                           for i in todo}
+                while pending:
+                    finished_futures, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished_futures:
+                        i = pending.pop(future)
+                        _, stop, chunk_labels, seconds = future.result()
+                        record(i, stop, chunk_labels, seconds)
+                        advance(stop - starts[i])
+    seconds = time.perf_counter() - t0
+    if labels is not None and (labels < 0).any():
+        raise RuntimeError(f"internal error: labels missing for some images in {folder}")
+    return {"labels": labels, "seconds": seconds, "cpu_seconds": cpu, "images": made}
+
+
+def finish(folder: Path) -> None:
+    """Remove the resume bookkeeping once the folder is complete."""
+    for name in (DONE, "partial_labels.npy"):
+        (Path(folder) / name).unlink(missing_ok=True)

@@ -1,0 +1,556 @@
+"""Pathfinder-style image generator (our own implementation of the task of Linsley et al. 2018).
+
+An image shows dashed curves ("snakes") made of short line segments ("paddles") and two round
+markers. The label is 1 when both markers sit on the two ends of the same curve, 0 when they sit on
+two different curves. Every image holds two *target* snakes of ``contour_length`` paddles that start
+``seed_distance`` apart, plus short distractor snakes; a positive image marks both ends of one
+target snake, a negative one marks one end of each, so both classes carry the same amount of ink
+(the design of the original generator, github.com/drewlinsley/pathfinder ``snakes2.py``).
+
+How a snake grows (facts from ``snakes.py`` of the original generator, re-implemented here):
+  * a paddle is a segment of ``paddle_length`` px; consecutive paddles are separated by a gap of
+    ``2 * margin`` px with the turn taken in the middle of the gap (the original's pivot lies
+    ``margin`` past the last paddle's end and the next paddle starts ``margin`` after the pivot);
+  * the turn angle ``delta`` between consecutive paddles has weight ``cos(min(continuity*|delta|,
+    pi/2))**2`` — turns beyond ``pi / (2*continuity)`` are impossible (continuity 1.0: up to 90°,
+    1.8: up to 50°) — among the directions that keep the paddle clear of all other ink;
+  * the first target seed lies at least ``2 * seed_distance`` from the image border, the second
+    exactly ``seed_distance`` from the first, initial directions are uniform, and the two targets
+    grow one paddle each in turn;
+  * distractor snakes have ``contour_length // 3`` paddles (Python 2 integer division in the
+    original wrapper) and there are ``distractor_budget // distractor_length`` of them; a distractor
+    that cannot be placed after ``max_distractor_tries`` tries is dropped, as in the original
+    (``allow_incomplete=True``);
+  * paddles are drawn at intensity ``snake_contrast``, markers at 1.0, and the image is stretched to
+    the full 0-255 range (the original saved with ``scipy.misc.imsave``, which rescales min..max).
+
+Where we deviate, and why:
+  * Clearance: a new paddle must keep ``2 * margin + 1`` px of empty space (edge to edge) from every
+    other snake, from the markers and from its own non-adjacent paddles. The original only required
+    the footprints dilated by ``margin`` not to overlap, which lets two snakes come as close as the
+    gap inside one snake, so that no observer can tell from the pixels whether the markers are
+    connected. One more pixel makes the label decidable from the image alone (our tests check it).
+  * Markers are reserved while the targets grow (the origin marker before, the terminal marker when
+    its snake is complete) and everything else keeps clear of them; the original drew them last,
+    so a distractor could touch a marker.
+  * Dead ends: the original restarted the whole image when a target snake could not be extended;
+    we first backtrack (drop the snake's last paddles, more after repeated dead ends) and only
+    restart after ``8 * contour_length`` dead ends, and we never pick a direction from which the
+    snake can neither run straight to its full length nor turn away from the border in time (a
+    certain dead end; see ``_Drawing._fits``). With the LRA sizes (e.g. 14 paddles of 5 px plus
+    gaps, about 100 px of contour in a 64 px image) whole restarts succeed in well under 1% of the
+    tries in our measurements, so restarts alone are far too slow. Backtracking samples from a slightly
+    different distribution than full restarts (contours that fold near the border are a bit more
+    frequent).
+  * Anti-aliasing is analytic (pixel coverage ramps linearly over one pixel at the stroke edge)
+    instead of drawing at 2-4x and Lanczos-resizing: same look, far faster.
+  * No single-paddle clutter: the original wrapper script sets ``use_single_paddles = False`` and the
+    LRA notes do not change it.
+  * Each sample is a pure function of (seed, split, index): any subset can be regenerated alone and
+    in parallel, and the first K images of a larger set equal a set of K images.
+
+Per-size parameters (``SIZE_PRESETS``) are those the LRA data were made with, from the docstrings of
+``lra_benchmarks/data/pathfinder.py`` (Tay et al. 2021) and, where those do not customise a value,
+the defaults of the original ``snakes2_wrapper.py`` (paddle length 5, seed distance 27, padding 22).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from typing import Sequence
+
+import numpy as np
+
+# Bump when the drawing algorithm changes: it is part of every cache key.
+GENERATOR_VERSION = 1
+
+DIFFICULTIES = {"easy": 6, "intermediate": 9, "hard": 14}
+# Folder names of the official release for each contour length.
+OFFICIAL_FOLDERS = {6: "curv_baseline", 9: "curv_contour_length_9", 14: "curv_contour_length_14"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PathfinderParams:
+    """Everything that determines the images apart from (seed, split, index)."""
+
+    size: int
+    contour_length: int = 14
+    padding: int = 1
+    paddle_length: float = 5.0
+    paddle_thickness: float = 1.5
+    paddle_margins: tuple[int, ...] = (1,)    # one is drawn per image
+    marker_radius: float = 3.0
+    seed_distance: float = 20.0
+    continuity: float = 1.8
+    distractor_budget: int = 20                # number of distractors = budget // distractor length
+    snake_contrast: float = 1.0                # paddle intensity; markers are drawn at 1.0
+    extra_gap: float = 1.0                     # px of clearance beyond the original's 2 * margin
+    max_distractor_tries: int = 4              # original: max_distractor_contour_retrial = 4
+    direction_candidates: int = 12             # directions evaluated per paddle
+
+    def __post_init__(self):
+        if self.size < 8 or self.contour_length < 1 or self.paddle_length <= 0:
+            raise ValueError(f"invalid Pathfinder parameters: {self}")
+        if not self.paddle_margins or min(self.paddle_margins) < 0:
+            raise ValueError(f"paddle_margins must be non-negative integers, got {self.paddle_margins}")
+        # The clearance test skips the segment-crossing check; that is exact only while the
+        # required distance exceeds half a paddle (true for every preset by a wide margin).
+        if 2 * min(self.paddle_margins) + self.extra_gap + self.paddle_thickness <= self.paddle_length / 2:
+            raise ValueError("paddle_length too long for the clearance test: need "
+                             "2*margin + 1 + thickness > paddle_length / 2")
+
+    @property
+    def distractor_length(self) -> int:
+        return max(1, self.contour_length // 3)
+
+    @property
+    def num_distractors(self) -> int:
+        return self.distractor_budget // self.distractor_length
+
+    def key(self) -> dict:
+        """Cache key: every parameter plus the generator version."""
+        return {"generator": "pathfinder", "generator_version": GENERATOR_VERSION,
+                **dataclasses.asdict(self)}
+
+
+# Per-size settings of the LRA data (see the module docstring for the sources).
+SIZE_PRESETS: dict[int, dict] = {
+    # LRA Pathfinder32: margin 1, padding 1, paddle 2, marker 1.5, thickness 0.5, seed distance 7,
+    # continuity 1.0, 20 // dl distractors, snake contrast 2 x paddle contrast 0.75.
+    32: dict(padding=1, paddle_length=2, paddle_thickness=0.5, paddle_margins=(1,), marker_radius=1.5,
+             seed_distance=7, continuity=1.0, distractor_budget=20, snake_contrast=2 * 0.75),
+    # LRA Pathfinder64: padding 1, margin 1, seed distance 12, marker 2.5, thickness 1,
+    # continuity 1.8, 22 / dl distractors, contrast 0.8; paddle length: wrapper default 5.
+    64: dict(padding=1, paddle_length=5, paddle_thickness=1, paddle_margins=(1,), marker_radius=2.5,
+             seed_distance=12, continuity=1.8, distractor_budget=22, snake_contrast=0.8),
+    # LRA Pathfinder128 (Path-X): padding 1, margin 2 or 3, seed distance 20, marker 3,
+    # thickness 1.5, continuity 1.8, 35 / dl distractors, contrast 0.9; paddle length 5.
+    128: dict(padding=1, paddle_length=5, paddle_thickness=1.5, paddle_margins=(2, 3), marker_radius=3,
+              seed_distance=20, continuity=1.8, distractor_budget=35, snake_contrast=0.9),
+    # LRA Pathfinder256: margin 3, marker 5, thickness 2, continuity 1.8, 30 / dl distractors,
+    # contrast 1.0; padding 22, seed distance 27 and paddle length 5 are wrapper defaults.
+    256: dict(padding=22, paddle_length=5, paddle_thickness=2, paddle_margins=(3,), marker_radius=5,
+              seed_distance=27, continuity=1.8, distractor_budget=30, snake_contrast=1.0),
+}
+
+
+def contour_length_of(difficulty: str | int) -> int:
+    """'easy' | 'intermediate' | 'hard' or 6 | 9 | 14 -> contour length."""
+    if isinstance(difficulty, str) and difficulty.strip().lower() in DIFFICULTIES:
+        return DIFFICULTIES[difficulty.strip().lower()]
+    try:
+        value = int(difficulty)
+    except (TypeError, ValueError):
+        value = None
+    if value not in OFFICIAL_FOLDERS:
+        raise ValueError(f"difficulty must be one of {sorted(DIFFICULTIES)} or a contour length 6, 9 "
+                         f"or 14; got {difficulty!r}")
+    return value
+
+
+def params_for(size: int, difficulty: str | int = "hard", **overrides) -> PathfinderParams:
+    """The LRA parameters for `size` (32, 64, 128, 256) at `difficulty`, with optional overrides."""
+    if size not in SIZE_PRESETS:
+        raise ValueError(f"Pathfinder image size must be one of {sorted(SIZE_PRESETS)}, got {size}")
+    values = {**SIZE_PRESETS[size], "contour_length": contour_length_of(difficulty), **overrides}
+    return PathfinderParams(size=size, **values)
+
+
+def sample_label(seed: int, split: str, index: int) -> int:
+    """Label of sample `index`: each pair (2k, 2k+1) holds one positive and one negative, in an
+    order drawn from (seed, split, k), so classes are balanced in every prefix of even length."""
+    flip = random.Random(f"pathfinder-label/{seed}/{split}/{index // 2}").getrandbits(1)
+    return (index + flip) % 2
+
+
+def sample_labels(seed: int, split: str, n: int) -> np.ndarray:
+    return np.fromiter((sample_label(seed, split, i) for i in range(n)), dtype=np.int64, count=n)
+
+
+# --------------------------------------------------------------------------------------------
+# Geometry: committed shapes and the clearance test (plain Python: the arrays involved are so
+# small that numpy's per-call overhead would dominate)
+# --------------------------------------------------------------------------------------------
+def _too_close(px, py, ax, ay, dx, dy, inv, need2):
+    """Is point (px, py) closer than sqrt(need2) to the segment a + t*(dx, dy), t in [0, 1]?"""
+    rx = px - ax
+    ry = py - ay
+    t = (rx * dx + ry * dy) * inv
+    if t < 0.0:
+        t = 0.0
+    elif t > 1.0:
+        t = 1.0
+    ex = rx - t * dx
+    ey = ry - t * dy
+    return ex * ex + ey * ey < need2
+
+
+class _Scene:
+    """Committed shapes: segments with a radius (markers are zero-length segments). Each shape is
+    registered in every grid cell that its zone of influence (the shape widened by `halo`, the
+    largest distance at which it can block anything) overlaps, so a candidate only looks at the
+    cells its own bounding box touches. Removed shapes (backtracking) are marked inactive."""
+
+    def __init__(self, cell: float, halo: float):
+        self.cell = cell
+        self.halo = halo
+        self.shapes: list[tuple] = []   # (ax, ay, bx, by, dx, dy, 1/|d|^2, radius, xmin, xmax, ymin, ymax)
+        self.owner: list[int] = []
+        self.is_marker: list[bool] = []
+        self.active: list[bool] = []
+        self.grid: dict[tuple[int, int], list[int]] = {}
+
+    def add(self, ax, ay, bx, by, radius, owner, marker=False) -> int:
+        dx = bx - ax
+        dy = by - ay
+        n2 = dx * dx + dy * dy
+        i = len(self.shapes)
+        xmin, xmax = (ax, bx) if ax <= bx else (bx, ax)
+        ymin, ymax = (ay, by) if ay <= by else (by, ay)
+        self.shapes.append((ax, ay, bx, by, dx, dy, 1.0 / n2 if n2 > 0 else 0.0, radius,
+                            xmin, xmax, ymin, ymax))
+        self.owner.append(owner)
+        self.is_marker.append(marker)
+        self.active.append(True)
+        h = self.halo + radius
+        cell = self.cell
+        grid = self.grid
+        for cx in range(int((xmin - h) // cell), int((xmax + h) // cell) + 1):
+            for cy in range(int((ymin - h) // cell), int((ymax + h) // cell) + 1):
+                bucket = grid.get((cx, cy))
+                if bucket is None:
+                    grid[(cx, cy)] = [i]
+                else:
+                    bucket.append(i)
+        return i
+
+    def remove(self, i: int) -> None:
+        self.active[i] = False
+
+    def live(self) -> list[int]:
+        return [i for i, a in enumerate(self.active) if a]
+
+    def near(self, x0, y0, x1, y1) -> list[int]:
+        """Shapes that may block something inside the box [x0, x1] x [y0, y1] (may repeat)."""
+        cell = self.cell
+        grid = self.grid
+        out: list[int] = []
+        for cx in range(int(min(x0, x1) // cell), int(max(x0, x1) // cell) + 1):
+            for cy in range(int(min(y0, y1) // cell), int(max(y0, y1) // cell) + 1):
+                bucket = grid.get((cx, cy))
+                if bucket:
+                    out.extend(bucket)
+        return out
+
+    def clear(self, ax, ay, bx, by, radius, gap, exempt, candidates) -> bool:
+        """Does segment (a, b) of `radius` keep `gap` px of empty space, edge to edge, from every
+        active shape in `candidates` except those in `exempt`? Exact segment distance without a
+        crossing test: crossings are caught because the required distance exceeds half a paddle
+        (checked in PathfinderParams)."""
+        x0, x1 = (ax, bx) if ax <= bx else (bx, ax)
+        y0, y1 = (ay, by) if ay <= by else (by, ay)
+        dx = bx - ax
+        dy = by - ay
+        n2 = dx * dx + dy * dy
+        inv = 1.0 / n2 if n2 > 0 else 0.0
+        shapes = self.shapes
+        active = self.active
+        for i in candidates:
+            if not active[i] or i in exempt:
+                continue
+            sh = shapes[i]
+            need = sh[7] + radius + gap
+            if sh[8] - need > x1 or sh[9] + need < x0 or sh[10] - need > y1 or sh[11] + need < y0:
+                continue
+            need2 = need * need
+            if (_too_close(ax, ay, sh[0], sh[1], sh[4], sh[5], sh[6], need2)
+                    or _too_close(bx, by, sh[0], sh[1], sh[4], sh[5], sh[6], need2)
+                    or _too_close(sh[0], sh[1], ax, ay, dx, dy, inv, need2)
+                    or _too_close(sh[2], sh[3], ax, ay, dx, dy, inv, need2)):
+                return False
+        return True
+
+
+class _Drawing:
+    """One image being drawn: target snakes, markers and distractors in a _Scene."""
+
+    def __init__(self, params: PathfinderParams, rng: random.Random):
+        p = params
+        self.p = p
+        self.rng = rng
+        self.margin = rng.choice(p.paddle_margins)
+        self.r = p.paddle_thickness / 2.0
+        self.gap = 2 * self.margin + p.extra_gap
+        self.lo = p.padding + self.r
+        self.hi = p.size - 1 - p.padding - self.r
+        self.max_turn = math.pi / (2.0 * p.continuity)
+        self.step = p.paddle_length + 2 * self.margin
+        # Turning radius of a snake that keeps turning by 80% of the largest turn (turns close to
+        # the largest one have almost no weight).
+        self.turn_radius = self.step / (2.0 * math.sin(0.8 * self.max_turn / 2.0))
+        # A shape can block things up to `halo` + its radius away; cells about that size.
+        halo = max(p.marker_radius, self.r) + self.gap
+        self.scene = _Scene(cell=max(p.paddle_length, halo), halo=halo)
+        self.markers: dict[int, list[int]] = {}     # snake -> scene indices of its markers
+
+    def _fits(self, ax, ay, bx, by, remaining) -> bool:
+        """Inside the drawable area, and not a certain dead end: from the end (bx, by) the snake can
+        run straight for its `remaining` px or turn away from every border in time. A snake that
+        turns as hard as it can moves on a circle of radius `turn_radius`; heading into a wall at
+        angle psi from its normal it gets `turn_radius * (1 - sin psi)` closer before it runs
+        parallel. Excluding such certain dead ends does not change what the original's
+        restart-until-it-fits produces; it only stops wasting time on hopeless snakes."""
+        lo = self.lo
+        hi = self.hi
+        if not (lo <= ax <= hi and lo <= ay <= hi and lo <= bx <= hi and lo <= by <= hi):
+            return False
+        if remaining <= 0:
+            return True
+        length = math.hypot(bx - ax, by - ay)
+        c = (bx - ax) / length
+        s = (by - ay) / length
+        for dist, toward, along in ((bx - lo, -c, s), (hi - bx, c, s), (by - lo, -s, c), (hi - by, s, c)):
+            if toward > 1e-9 and dist < remaining * toward and dist < self.turn_radius * (1.0 - abs(along)):
+                return False
+        return True
+
+    # -- paddles --------------------------------------------------------------------------------
+    def first_paddle(self, tips, snake, length, exempt=()):
+        """First paddle of a snake from one of the candidate `tips` (tried in order, each with a
+        fresh uniform direction); returns (x_end, y_end, heading, scene index, tip) or None."""
+        L = self.p.paddle_length
+        sc = self.scene
+        remaining = (length - 1) * self.step
+        for x0, y0 in tips:
+            theta = self.rng.uniform(-math.pi, math.pi)
+            x1 = x0 + L * math.cos(theta)
+            y1 = y0 + L * math.sin(theta)
+            if self._fits(x0, y0, x1, y1, remaining) and sc.clear(
+                    x0, y0, x1, y1, self.r, self.gap, exempt, sc.near(x0, y0, x1, y1)):
+                at = sc.add(x0, y0, x1, y1, self.r, snake)
+                return (x1, y1, theta, at, (x0, y0))
+        return None
+
+    def next_paddle(self, state, snake, order, length):
+        """Extend a snake whose last paddle ends at (x, y) heading theta: draw a direction among
+        `direction_candidates` evenly spaced turns (random offset) with weight
+        cos(continuity * turn)**2, keep it if the paddle fits and is clear, else draw again among
+        the rest. None when no direction works (a dead end)."""
+        x, y, theta, prev = state[0], state[1], state[2], state[3]
+        p = self.p
+        g = self.margin
+        L = p.paddle_length
+        k = p.direction_candidates
+        width = 2.0 * self.max_turn / k
+        u = self.rng.random()
+        turns = [(j + u) * width - self.max_turn for j in range(k)]
+        weights = [math.cos(t * p.continuity) ** 2 for t in turns]
+        total = sum(weights)
+        px = x + g * math.cos(theta)        # the pivot, `margin` past the last paddle's end
+        py = y + g * math.sin(theta)
+        sc = self.scene
+        exempt = (prev, *self.markers.get(snake, ()))
+        remaining = (length - 1 - order) * self.step
+        rand = self.rng.random
+        while total > 1e-12:
+            pick = rand() * total
+            j = 0
+            acc = weights[0]
+            while acc <= pick and j < k - 1:
+                j += 1
+                acc += weights[j]
+            while weights[j] <= 0.0:        # floating-point edge: step back to a live candidate
+                j -= 1
+            heading = theta + turns[j]
+            c = math.cos(heading)
+            s = math.sin(heading)
+            ax = px + g * c                 # the next paddle starts `margin` after the pivot
+            ay = py + g * s
+            bx = ax + L * c
+            by = ay + L * s
+            if self._fits(ax, ay, bx, by, remaining) and sc.clear(ax, ay, bx, by, self.r, self.gap,
+                                                                   exempt, sc.near(ax, ay, bx, by)):
+                at = sc.add(ax, ay, bx, by, self.r, snake)
+                return (bx, by, heading, at)
+            total -= weights[j]
+            weights[j] = 0.0
+        return None
+
+    def add_marker(self, x, y, snake, states) -> bool:
+        """A marker at (x, y) on `snake` if it keeps clear of every other shape."""
+        sc = self.scene
+        rm = self.p.marker_radius
+        own = {st[3] for st in states} | set(self.markers.get(snake, ()))
+        if not sc.clear(x, y, x, y, rm, self.gap, own, sc.near(x, y, x, y)):
+            return False
+        self.markers.setdefault(snake, []).append(sc.add(x, y, x, y, rm, snake, marker=True))
+        return True
+
+    def grow(self, snakes: list[list], ids: list[int], length: int, budget: int, on_complete=None) -> bool:
+        """Grow every snake (a list of states, the first paddle placed) to `length` paddles, always
+        extending the shortest one, so that they grow in turn. A snake in a dead end backtracks: it
+        drops its last paddles (more after repeated dead ends; every third dead end the other
+        snakes, which may be what walls it in, drop as many). `on_complete(i, states)` may veto a
+        finished snake (a dead end too). Gives up after `budget` dead ends."""
+        failures = [0] * len(snakes)
+        total = 0
+        while True:
+            i = min(range(len(snakes)), key=lambda j: len(snakes[j]))
+            states = snakes[i]
+            if len(states) >= length:
+                return True
+            nxt = self.next_paddle(states[-1], ids[i], len(states), length)
+            if nxt is not None:
+                states.append(nxt)
+                if len(states) < length or on_complete is None or on_complete(i, states):
+                    continue
+                self.scene.remove(states.pop()[3])
+            total += 1
+            if total > budget:
+                return False
+            failures[i] += 1
+            drop = 1 + failures[i] // 3
+            for j, other in enumerate(snakes):
+                if j == i or failures[i] % 3 == 0:
+                    for _ in range(min(drop, len(other) - 1)):
+                        self.scene.remove(other.pop()[3])
+
+    # -- the image ------------------------------------------------------------------------------
+    def targets(self, label: int):
+        """Two target snakes from seeds `seed_distance` apart, with the two markers. Returns the
+        marker centres or None when this attempt failed."""
+        p = self.p
+        sd = p.seed_distance
+        lo = max(self.lo, min(2 * sd, p.size / 2 - 1))
+        hi = min(self.hi, max(p.size - 1 - 2 * sd, p.size / 2))
+        x0 = self.rng.uniform(lo, hi)
+        y0 = self.rng.uniform(lo, hi)
+        phi = self.rng.uniform(-math.pi, math.pi)
+        tips = [(x0, y0), (x0 + sd * math.cos(phi), y0 + sd * math.sin(phi))]
+        if not (self.lo <= tips[1][0] <= self.hi and self.lo <= tips[1][1] <= self.hi):
+            return None
+        origin = self.rng.randrange(2)                      # which target gets the origin marker
+        terminal = origin if label == 1 else 1 - origin     # ... and which the terminal marker
+        if not self.add_marker(*tips[origin], origin, []):
+            return None
+        snakes = []
+        for snake, tip in enumerate(tips):
+            st = self.first_paddle([tip] * 8, snake, p.contour_length, exempt=tuple(self.markers.get(snake, ())))
+            if st is None:
+                return None
+            snakes.append([st])
+        ends = [tips[origin], None]
+
+        def terminal_marker(i, states):
+            if i != terminal:
+                return True
+            if not self.add_marker(states[-1][0], states[-1][1], terminal, states):
+                return False
+            ends[1] = (states[-1][0], states[-1][1])
+            return True
+
+        if not self.grow(snakes, [0, 1], p.contour_length, budget=8 * p.contour_length,
+                         on_complete=terminal_marker):
+            return None
+        return ends
+
+    def distractors(self) -> int:
+        """Short snakes at random free places; one that cannot be completed is dropped."""
+        p = self.p
+        placed = 0
+        rand = self.rng.uniform
+        for k in range(p.num_distractors):
+            snake = 2 + k
+            for _ in range(p.max_distractor_tries):
+                tips = [(rand(self.lo, self.hi), rand(self.lo, self.hi)) for _ in range(16)]
+                st = self.first_paddle(tips, snake, p.distractor_length)
+                if st is None:
+                    continue
+                states = [st]
+                if self.grow([states], [snake], p.distractor_length, budget=p.distractor_length):
+                    placed += 1
+                    break
+                for state in states:
+                    self.scene.remove(state[3])
+        return placed
+
+
+def render(shapes: np.ndarray, radius: np.ndarray, intensity: np.ndarray, size: int) -> np.ndarray:
+    """Anti-aliased strokes: coverage = clip(radius + 0.5 - distance, 0, 1) x intensity, the
+    maximum over shapes. `shapes` (S, 4) holds ax, ay, bx, by in pixel coordinates."""
+    img = np.zeros(size * size, dtype=np.float64)
+    if len(shapes) == 0:
+        return img.reshape(size, size)
+    ax, ay, bx, by = (shapes[:, j][:, None, None] for j in range(4))
+    r = radius[:, None, None]
+    x0 = np.floor(np.minimum(shapes[:, 0], shapes[:, 2]) - radius - 1).astype(np.int64)
+    y0 = np.floor(np.minimum(shapes[:, 1], shapes[:, 3]) - radius - 1).astype(np.int64)
+    extent = np.maximum(np.abs(shapes[:, 2] - shapes[:, 0]), np.abs(shapes[:, 3] - shapes[:, 1]))
+    patch = int(np.ceil(float(np.max(extent + 2 * radius)))) + 3
+    offs = np.arange(patch)
+    xs = (x0[:, None] + offs)[:, None, :]            # (S, 1, P)
+    ys = (y0[:, None] + offs)[:, :, None]            # (S, P, 1)
+    dx = bx - ax
+    dy = by - ay
+    len2 = dx * dx + dy * dy
+    inv = np.divide(1.0, len2, out=np.zeros_like(len2), where=len2 > 0)
+    t = np.clip(((xs - ax) * dx + (ys - ay) * dy) * inv, 0.0, 1.0)
+    ex = ax + t * dx - xs
+    ey = ay + t * dy - ys
+    cov = np.clip(r + 0.5 - np.sqrt(ex * ex + ey * ey), 0.0, 1.0) * intensity[:, None, None]
+    xs_b = np.broadcast_to(xs, cov.shape)
+    ys_b = np.broadcast_to(ys, cov.shape)
+    keep = (cov > 0) & (xs_b >= 0) & (xs_b < size) & (ys_b >= 0) & (ys_b < size)
+    np.maximum.at(img, (ys_b[keep] * size + xs_b[keep]), cov[keep])
+    return img.reshape(size, size)
+
+
+def to_uint8(img: np.ndarray) -> np.ndarray:
+    """Stretch to the full 0..255 range (min -> 0, max -> 255), as the original's imsave did."""
+    lo = float(img.min())
+    hi = float(img.max())
+    if hi <= lo:
+        return np.zeros(img.shape, dtype=np.uint8)
+    return np.rint((img - lo) * (255.0 / (hi - lo))).astype(np.uint8)
+
+
+@dataclasses.dataclass
+class Sample:
+    image: np.ndarray          # (H, W) uint8
+    label: int
+    markers: list              # [(x, y), (x, y)] marker centres (x = column, y = row)
+    num_distractors: int       # distractor snakes actually placed
+    margin: int                # paddle margin drawn for this image
+
+
+def generate_sample(params: PathfinderParams, seed: int, split: str, index: int) -> Sample:
+    """The image for (seed, split, index): a pure function of its arguments."""
+    label = sample_label(seed, split, index)
+    rng = random.Random(f"pathfinder/{seed}/{split}/{index}")
+    for _attempt in range(1000):
+        drawing = _Drawing(params, rng)
+        markers = drawing.targets(label)
+        if markers is None:
+            continue
+        placed = drawing.distractors()
+        sc = drawing.scene
+        live = sc.live()
+        shapes = np.array([sc.shapes[i][:4] for i in live], dtype=np.float64).reshape(-1, 4)
+        radius = np.array([sc.shapes[i][7] for i in live], dtype=np.float64)
+        intensity = np.array([1.0 if sc.is_marker[i] else params.snake_contrast for i in live])
+        img = render(shapes, radius, intensity, params.size)
+        return Sample(to_uint8(img), label, markers, placed, drawing.margin)
+    raise RuntimeError(f"could not draw a Pathfinder image with {params} in 1000 attempts; "
+                       "the parameters leave no room for two target contours")
+
+
+def generate_into(params: PathfinderParams, seed: int, split: str, indices: Sequence[int],
+                  out: np.ndarray) -> np.ndarray:
+    """Draw the images of `indices` into out[0..len-1]; returns their labels."""
+    labels = np.empty(len(indices), dtype=np.int64)
+    for j, index in enumerate(indices):
+        sample = generate_sample(params, seed, split, int(index))
+        out[j] = sample.image
+        labels[j] = sample.label
+    return labels

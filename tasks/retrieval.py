@@ -1,0 +1,81 @@
+"""AAN document matching (LRA "Retrieval"): do two papers cite each other? Bytes of both texts.
+
+Official layout (LRA release): `tsv_data/new_aan_pairs.{train,eval,test}.tsv`, no header, five
+tab-separated columns: label, id1, id2, text1, text2 (label written as 0/1 or 0.0/1.0). A field
+wrapped in double quotes is unquoted CSV-style ("" -> "), as TensorFlow's CSV reader that LRA used
+does. Each text is UTF-8 encoded and cut to `max_len` bytes (LRA: 4,000; our default 4,096).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import release
+from .base import DataSource, Ragged, TokenSplit
+
+FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
+
+
+def _unquote(field: str) -> str:
+    if len(field) >= 2 and field[0] == '"' and field[-1] == '"':
+        return field[1:-1].replace('""', '"')
+    return field
+
+
+def read_tsv(path: Path, max_len: int) -> TokenSplit:
+    """Read one AAN pairs file; ValueError names the file and line of a corrupt row."""
+    path = Path(path)
+    first, second, labels = [], [], []
+    with open(path, "r", encoding="utf-8", newline="") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            line = raw.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != 5:
+                raise ValueError(f"{path}:{lineno}: expected 5 tab-separated fields (label, id1, id2, "
+                                 f"text1, text2), got {len(fields)}")
+            try:
+                value = float(_unquote(fields[0]))
+            except ValueError:
+                value = -1.0
+            if value not in (0.0, 1.0):
+                raise ValueError(f"{path}:{lineno}: label must be 0 or 1, got {fields[0]!r}")
+            for out, text in ((first, fields[3]), (second, fields[4])):
+                data = _unquote(text).encode("utf-8")[:max_len]
+                out.append(np.frombuffer(data, dtype=np.uint8))
+            labels.append(int(value))
+    if not labels:
+        raise ValueError(f"{path}: no examples")
+    return TokenSplit((Ragged.from_arrays(first, np.uint8), Ragged.from_arrays(second, np.uint8)),
+                      np.asarray(labels, dtype=np.int64))
+
+
+class OfficialAan(DataSource):
+    kind = "official"
+
+    def __init__(self, data_dir: Path, max_len: int):
+        self.data_dir = Path(data_dir)
+        self.max_len = max_len
+        self.folder = release.find_folder(self.data_dir, "tsv_data", FILES.values())
+
+    def available(self) -> bool:
+        return self.folder is not None
+
+    def missing_help(self) -> str:
+        return "AAN retrieval data not found: " + release.release_help(
+            self.data_dir, "tsv_data/new_aan_pairs.{train,eval,test}.tsv")
+
+    def load(self, split: str) -> TokenSplit:
+        self.require()
+        return read_tsv(self.folder / FILES[split], self.max_len)
+
+    def describe(self) -> str:
+        return f"official AAN pairs in {self.folder}"
+
+
+def make_source(spec, kind: str, *, data_dir: Path, max_len: int, **_unused) -> DataSource:
+    if kind != "official":
+        raise ValueError(f"retrieval has no {kind!r} source")
+    return OfficialAan(data_dir, max_len)
