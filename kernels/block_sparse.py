@@ -1,0 +1,182 @@
+"""Block-sparse FlashAttention: the dense kernels walking compressed lists of non-zero tiles.
+
+:class:`BlockSparseLayout` is the compressed form of a bool block layout. It is built once per
+layout (``BlockSparseLayout.from_dense(layout, block_size)``, or implicitly and cached when a bool
+tensor is passed) and reused across calls and layers. For each call signature (sequence lengths,
+causal flag, tile sizes) it derives and caches three *plans*, one per kernel pass:
+
+- forward and dQ pass: for every (head, query tile) the key tiles to visit (``kv_indices`` /
+  ``kv_num_blocks`` in FlexAttention's terms);
+- dK/dV pass: the transposed lists, for every (head, key tile) the query tiles to visit.
+
+Each list holds the tiles that need no element mask first, then the partial ones (causal diagonal,
+ragged last tile); ``counts[..., 0]`` / ``counts[..., 1]`` are the ends of the two groups. Tiles
+that causal masking hides completely are dropped. Kernel tiles divide ``block_size`` (tile sides
+are clamped to it), so a layout block maps onto whole tiles.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+
+from . import layouts as _layouts
+from . import ops  # noqa: F401  (registers torch.ops.lra_kernels.*)
+from .dropout import draw_seed
+from .tiles import Tiles, select
+from .validation import check_attention_inputs
+
+SUPPORTED_BLOCK_SIZES = (16, 32, 64, 128, 256)
+
+
+def _check_block_size(block_size) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, int):
+        raise TypeError(f"block_size must be an int, one of {SUPPORTED_BLOCK_SIZES}, got {block_size!r}")
+    if block_size not in SUPPORTED_BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of {SUPPORTED_BLOCK_SIZES}, got {block_size}")
+    return block_size
+
+
+def _tile_plan(layout: torch.Tensor, block_size: int, n_q: int, n_k: int, causal: bool, block_m: int,
+               block_n: int, transposed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Index lists (Hl, rows, width) int32 and counts (Hl, rows, 2) int32 of one kernel pass."""
+    device = layout.device
+    n_m, n_n = -(-n_q // block_m), -(-n_k // block_n)
+    mt = torch.arange(n_m, device=device)
+    nt = torch.arange(n_n, device=device)
+    active = layout[:, (mt * block_m) // block_size][:, :, (nt * block_n) // block_size]  # (Hl, n_m, n_n)
+    rows_first = mt * block_m
+    rows_last = torch.clamp((mt + 1) * block_m, max=n_q) - 1
+    cols_first = nt * block_n
+    cols_end = (nt + 1) * block_n  # exclusive, unclipped
+    whole_cols = (cols_end <= n_k)[None, :]
+    if causal:
+        offset = n_k - n_q  # bottom-right aligned: row i sees keys j <= i + offset
+        visible = cols_first[None, :] <= rows_last[:, None] + offset
+        full = (cols_end[None, :] - 1 <= rows_first[:, None] + offset) & whole_cols
+        active = active & visible
+    else:
+        full = whole_cols.expand(n_m, n_n)
+    group = torch.where(active & full, 0, torch.where(active, 1, 2))  # 0 full, 1 partial, 2 skipped
+    if transposed:
+        group = group.transpose(1, 2)
+    width = group.shape[-1]
+    order = torch.argsort(group * width + torch.arange(width, device=device), dim=-1)
+    counts = torch.stack([(group == 0).sum(-1), (group < 2).sum(-1)], dim=-1).to(torch.int32).contiguous()
+    keep = max(int(counts[..., 1].max()), 1)
+    return order[..., :keep].to(torch.int32).contiguous(), counts
+
+
+class BlockSparseLayout:
+    """Compressed block layout for :func:`block_sparse_flash_attention`, reusable across calls.
+
+    ``layout``: bool (n_q_blocks, n_k_blocks) shared by all heads or (H, n_q_blocks, n_k_blocks);
+    True = the query block attends to the key block. Build with :meth:`from_dense`.
+    """
+
+    def __init__(self, layout: torch.Tensor, block_size: int):
+        _check_block_size(block_size)
+        if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool:
+            raise TypeError(f"layout must be a bool tensor (True = the query block attends to the key block), got "
+                            f"{layout.dtype if isinstance(layout, torch.Tensor) else type(layout).__name__}")
+        if layout.dim() not in (2, 3) or layout.numel() == 0:
+            raise ValueError(f"layout must be a non-empty (n_q_blocks, n_k_blocks) or (H, n_q_blocks, n_k_blocks) "
+                             f"bool tensor, got shape {tuple(layout.shape)}")
+        self.layout = (layout[None] if layout.dim() == 2 else layout).contiguous()
+        self.shared = layout.dim() == 2
+        self.block_size = block_size
+        self._plans: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+    @classmethod
+    def from_dense(cls, layout: torch.Tensor, block_size: int = 128) -> "BlockSparseLayout":
+        return cls(layout, block_size)
+
+    @property
+    def num_heads(self) -> int | None:
+        """Heads of a per-head layout, None for a layout shared by all heads."""
+        return None if self.shared else self.layout.shape[0]
+
+    @property
+    def n_blocks(self) -> tuple[int, int]:
+        return self.layout.shape[1], self.layout.shape[2]
+
+    def density(self) -> float:
+        return float(self.layout.to(torch.float64).mean())
+
+    def check(self, n_q: int, n_k: int, num_heads: int, device: torch.device) -> None:
+        _layouts.check_layout(self.layout[0] if self.shared else self.layout,
+                              -(-n_q // self.block_size), -(-n_k // self.block_size), num_heads, device,
+                              block_size=self.block_size)
+
+    def plans(self, n_q: int, n_k: int, causal: bool, tiles: Tiles) -> tuple[torch.Tensor, ...]:
+        """(fwd_idx, fwd_cnt, dkdv_idx, dkdv_cnt, dq_idx, dq_cnt) for one call signature (cached)."""
+        key = (n_q, n_k, bool(causal), tuple(tiles.as_list()))
+        plans = self._plans.get(key)
+        if plans is None:
+            bs = self.block_size
+            fwd = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.fwd.block_m, tiles.fwd.block_n, False)
+            dkdv = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.dkdv.block_m, tiles.dkdv.block_n, True)
+            dq = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.dq.block_m, tiles.dq.block_n, False)
+            plans = (*fwd, *dkdv, *dq)
+            self._plans[key] = plans
+        return plans
+
+    def __repr__(self) -> str:
+        heads = "shared" if self.shared else f"{self.layout.shape[0]} heads"
+        return (f"BlockSparseLayout({self.n_blocks[0]}x{self.n_blocks[1]} blocks of {self.block_size}, {heads}, "
+                f"density {self.density():.3f})")
+
+
+# bool layout tensors passed directly are compressed once and remembered (weakly) by identity.
+_compiled: dict[tuple[int, int, int], tuple[weakref.ref, BlockSparseLayout]] = {}
+
+
+def compile_layout(layout: torch.Tensor, block_size: int) -> BlockSparseLayout:
+    """The cached :class:`BlockSparseLayout` of a bool layout tensor (rebuilt if it was modified)."""
+    key = (id(layout), layout._version, block_size)
+    hit = _compiled.get(key)
+    if hit is not None and hit[0]() is layout:
+        return hit[1]
+    compiled = BlockSparseLayout(layout, block_size)
+    for stale in [k for k, (ref, _) in _compiled.items() if ref() is None or k[0] == id(layout)]:
+        del _compiled[stale]
+    _compiled[key] = (weakref.ref(layout), compiled)
+    return compiled
+
+
+def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout, *, block_size: int = 128,
+                                 key_padding_mask: torch.Tensor | None = None, causal: bool = False,
+                                 dropout_p: float = 0.0, softmax_scale: float | None = None) -> torch.Tensor:
+    """Attention restricted to the True blocks of ``layout``: exactly dense attention
+    (:func:`kernels.flash_attention`, same arguments and rules) with every (query, key) pair outside
+    the layout's blocks masked out. Skipped blocks cost nothing.
+
+    ``layout``: bool tensor (n_q_blocks, n_k_blocks) shared by all heads or (H, n_q_blocks,
+    n_k_blocks), ``n_blocks = ceil(N / block_size)``, on q's device — or a
+    :class:`BlockSparseLayout` built once with ``BlockSparseLayout.from_dense(layout, block_size)``
+    (its block size must equal ``block_size``). A query row that sees no allowed key returns zeros
+    (zero gradient, no NaN). ``block_size`` in {16, 32, 64, 128, 256}.
+    """
+    shape = check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
+    _check_block_size(block_size)
+    if isinstance(layout, BlockSparseLayout):
+        if layout.block_size != block_size:
+            raise ValueError(f"the BlockSparseLayout was built for block_size={layout.block_size} but "
+                             f"block_size={block_size} was passed; pass block_size={layout.block_size}")
+        compiled = layout
+    elif isinstance(layout, torch.Tensor):
+        _layouts.check_layout(layout, -(-shape.n_q // block_size), -(-shape.n_k // block_size), shape.heads,
+                              q.device, block_size=block_size)
+        compiled = compile_layout(layout, block_size)
+    else:
+        raise TypeError(f"layout must be a bool tensor or a kernels.BlockSparseLayout, got {type(layout).__name__}")
+    compiled.check(shape.n_q, shape.n_k, shape.heads, q.device)
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.head_dim)
+    dropout_p = float(dropout_p)
+    seed = draw_seed(q.device) if dropout_p > 0.0 else None
+    tiles = select(q.device, q.dtype, shape.head_dim, block_size)
+    plans = compiled.plans(shape.n_q, shape.n_k, causal, tiles)
+    out, _lse = torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale,
+                                                tiles.as_list())
+    return out

@@ -1,0 +1,50 @@
+"""``flash_attention``: dense FlashAttention (forward + backward) in Triton."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import ops  # noqa: F401  (registers torch.ops.lra_kernels.*)
+from .dropout import draw_seed
+from .tiles import select
+from .validation import check_attention_inputs
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
+                    causal: bool = False, dropout_p: float = 0.0, softmax_scale: float | None = None,
+                    return_lse: bool = False):
+    """Exact softmax attention, ``softmax(q k^T * scale) v``, without materialising the N_q x N_k matrix.
+
+    Args:
+        q: (B, H, N_q, d); k, v: (B, H, N_k, d) — the layout of
+            ``torch.nn.functional.scaled_dot_product_attention``. float16, bfloat16 (fast path) or
+            float32; 1 <= d <= 128 (any d, padded inside the kernel to a power of two); N_q may
+            differ from N_k; any strides (views of a fused QKV projection are read in place).
+        key_padding_mask: optional bool (B, N_k); **True marks padding keys**, which get no
+            attention (the ``nn.MultiheadAttention`` convention).
+        causal: query i attends to keys j <= i + (N_k - N_q): the mask is aligned to the
+            bottom-right corner, as in flash-attn 2.1+, so with N_q == N_k it is the usual lower
+            triangle and with N_q < N_k the queries are the last N_q positions of the key sequence.
+            Query rows with no visible key (possible when N_q > N_k) return zeros.
+        dropout_p: dropout on the attention probabilities (applied whenever > 0, like
+            ``F.scaled_dot_product_attention``; pass 0 in evaluation). Counter-based Philox with a
+            seed drawn from torch's generator, so ``torch.manual_seed`` reproduces it; see
+            :mod:`kernels.dropout` and :func:`kernels.dropout_keep_mask`.
+        softmax_scale: default ``1 / sqrt(d)``.
+        return_lse: also return the float32 log-sum-exp of the scaled scores, (B, H, N_q)
+            (``-inf`` for a row that sees no key). It is differentiable.
+
+    A query row whose keys are all masked returns 0 and passes zero gradient (never NaN).
+    Gradients flow to q, k and v; the backward recomputes the probabilities from the saved
+    log-sum-exp, is deterministic and uses no atomics. Works under ``torch.compile(fullgraph=True)``.
+    Raises ``ValueError``/``TypeError`` naming the problem for bad input, before any launch.
+    """
+    shape = check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.head_dim)
+    dropout_p = float(dropout_p)
+    seed = draw_seed(q.device) if dropout_p > 0.0 else None
+    tiles = select(q.device, q.dtype, shape.head_dim).as_list()
+    out, lse = torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, None, None, None, None, None, None,
+                                               causal, dropout_p, scale, tiles)
+    return (out, lse) if return_lse else out

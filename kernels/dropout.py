@@ -1,0 +1,62 @@
+"""Attention dropout: seeds, thresholds and the keep-mask testing helper.
+
+Scheme (implemented by ``triton_attention.dropout_keep``): every call draws one 64-bit seed from
+torch's default generator for the device of q (``torch.manual_seed`` makes runs reproducible).
+Element ``(b, h, i, j)`` of the probability matrix is kept iff
+
+    Philox4x32-10(key=seed, counter=(j, i, b * H + h, 0))[0] >> 1  >=  round(dropout_p * 2**31)
+
+and kept probabilities are scaled by ``1 / (1 - dropout_p)``. The counter words are the key index,
+the query index and the (batch, head) index, each below 2**32, so nothing wraps at N = 64K
+(N_q * N_k = 2**32) or beyond, and the mask does not depend on tile sizes: the backward passes,
+with their own tiles, regenerate exactly the forward's mask.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from . import triton_attention
+from .validation import check_attention_inputs
+
+_SEED_HIGH = 2**62
+
+
+def draw_seed(device: torch.device) -> torch.Tensor:
+    """One int64 seed on ``device``, from torch's default generator of that device."""
+    return torch.randint(0, _SEED_HIGH, (1,), dtype=torch.int64, device=device)
+
+
+def keep_threshold(dropout_p: float) -> int:
+    """Integer threshold on 31 random bits: P(keep) = 1 - threshold / 2**31."""
+    return min(int(round(float(dropout_p) * 2**31)), 2**31 - 1)
+
+
+def dropout_keep_mask(q: torch.Tensor, k: torch.Tensor, dropout_p: float, *,
+                      seed: torch.Tensor | None = None) -> torch.Tensor:
+    """Keep-mask (bool, (B, H, N_q, N_k), True = kept) of attention dropout — a testing helper.
+
+    With ``seed=None`` it draws the seed exactly as ``flash_attention`` / ``block_sparse_flash_attention``
+    do, so re-seeding torch's generator before each replays a call's mask::
+
+        torch.manual_seed(0); out = flash_attention(q, k, v, dropout_p=0.1)
+        torch.manual_seed(0); keep = dropout_keep_mask(q, k, 0.1)
+        # out == softmax(q k^T * scale) * keep / 0.9 @ v
+
+    The mask comes from the same Triton code the attention kernels run (Philox counters, see this
+    module's docstring). It materialises B * H * N_q * N_k bytes: use it on test-sized inputs.
+    """
+    shape = check_attention_inputs(q, k, k, None, False, dropout_p, None)
+    if seed is None:
+        seed = draw_seed(q.device)
+    if not isinstance(seed, torch.Tensor) or seed.dtype != torch.int64 or seed.numel() != 1:
+        raise TypeError("seed must be a one-element int64 tensor (as drawn by kernels.dropout.draw_seed)")
+    seed = seed.to(q.device)
+    out = torch.empty((shape.batch, shape.heads, shape.n_q, shape.n_k), dtype=torch.uint8, device=q.device)
+    # tiles of up to 2**14 elements, as wide as the keys need (few programs for the interpreter)
+    block_m = min(64, triton.next_power_of_2(shape.n_q))
+    block_n = min(16384 // block_m, max(16, triton.next_power_of_2(shape.n_k)))
+    grid = (triton.cdiv(shape.n_q, block_m), triton.cdiv(shape.n_k, block_n), shape.batch * shape.heads)
+    triton_attention.dropout_mask_kernel[grid](out, seed, shape.heads, shape.n_q, shape.n_k,
+                                               keep_threshold(dropout_p), BLOCK_M=block_m, BLOCK_N=block_n)
+    return out.bool()

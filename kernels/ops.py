@@ -1,0 +1,203 @@
+"""The attention kernels as ``torch.library`` custom ops with fake (meta) kernels and autograd.
+
+``lra_kernels::flash_fwd`` and ``lra_kernels::flash_bwd`` serve both the dense and the
+block-sparse function (sparse when index lists are given). Registering them as custom ops keeps
+``torch.compile(fullgraph=True)`` from breaking the graph at the kernel call: Dynamo and AOTAutograd
+see an opaque op with a shape function (``register_fake``) and a backward (``register_autograd``).
+
+Launch arguments that both directions must agree on travel as op arguments: ``tiles`` (12 ints,
+see :class:`kernels.tiles.Tiles`), the dropout seed tensor and the block-sparse index lists.
+Outputs are always freshly allocated contiguous tensors; inputs may have any strides.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import torch
+import triton
+
+from . import triton_attention as kern
+from .dropout import keep_threshold
+from .tiles import PassTiles, Tiles, padded_head_dim
+
+Tensor = torch.Tensor
+
+
+def _device_guard(t: Tensor):
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
+
+
+def _s4(t: Tensor) -> tuple[int, int, int, int]:
+    return tuple(t.stride())  # type: ignore[return-value]
+
+
+def _sparse_strides(idx: Optional[Tensor], cnt: Optional[Tensor]) -> tuple[int, int, int, int]:
+    """(head, tile) strides of an index list and its counts; head stride 0 for a shared layout."""
+    if idx is None:
+        return 0, 0, 0, 0
+    head_i = idx.stride(0) if idx.shape[0] > 1 else 0
+    head_c = cnt.stride(0) if cnt.shape[0] > 1 else 0
+    return head_i, idx.stride(1), head_c, cnt.stride(1)
+
+
+def _dropout_args(dropout_p: float) -> tuple[int, float]:
+    if dropout_p > 0.0:
+        return keep_threshold(dropout_p), 1.0 / (1.0 - dropout_p)
+    return 0, 1.0
+
+
+def _dot_flags(q: Tensor) -> dict:
+    """DOT_PREC: exact IEEE products for float32 inputs (no TF32 rounding), the default otherwise.
+    UPCAST: Triton's interpreter multiplies bfloat16 dot operands as raw integers, so on CPU the
+    kernels convert bfloat16 tiles to float32 after loading (bf16 products are exact in float32)."""
+    return dict(DOT_PREC="ieee" if q.dtype == torch.float32 else None,
+                UPCAST=q.dtype == torch.bfloat16 and q.device.type == "cpu")
+
+
+def _common_flags(q: Tensor, k: Tensor, pt_m: int, pt_n: int) -> dict:
+    d = q.shape[3]
+    return dict(
+        BLOCK_D=padded_head_dim(d),
+        EVEN_M=q.shape[2] % pt_m == 0,
+        EVEN_N=k.shape[2] % pt_n == 0,
+        EVEN_D=padded_head_dim(d) == d,
+        **_dot_flags(q),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# forward
+# ---------------------------------------------------------------------------------------------
+@torch.library.custom_op("lra_kernels::flash_fwd", mutates_args=())
+def flash_fwd(
+    q: Tensor, k: Tensor, v: Tensor,
+    key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
+    fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor],
+    dkdv_indices: Optional[Tensor], dkdv_counts: Optional[Tensor],
+    dq_indices: Optional[Tensor], dq_counts: Optional[Tensor],
+    causal: bool, dropout_p: float, softmax_scale: float, tiles: list[int],
+) -> tuple[Tensor, Tensor]:
+    """Returns (out (B, H, N_q, d) in q's dtype, lse (B, H, N_q) float32)."""
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    t: PassTiles = Tiles.from_list(tiles).fwd
+    out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    pad = key_padding_mask.view(torch.uint8) if key_padding_mask is not None else q
+    sparse = fwd_indices is not None
+    drop_threshold, drop_scale = _dropout_args(dropout_p)
+    grid = (triton.cdiv(n_q, t.block_m), B * H)
+    with _device_guard(q):
+        kern.flash_fwd_kernel[grid](
+            q, k, v, out, lse, pad, seed if seed is not None else q,
+            fwd_indices if sparse else q, fwd_counts if sparse else q,
+            *_s4(q), *_s4(k), *_s4(v), *_s4(out),
+            pad.stride(0) if key_padding_mask is not None else 0, pad.stride(1) if key_padding_mask is not None else 0,
+            *_sparse_strides(fwd_indices, fwd_counts),
+            H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, drop_threshold, drop_scale,
+            BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n),
+            IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse,
+            num_warps=t.num_warps, num_stages=t.num_stages,
+        )
+    return out, lse
+
+
+@flash_fwd.register_fake
+def _flash_fwd_fake(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkdv_indices, dkdv_counts,
+                    dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
+    B, H, n_q, d = q.shape
+    return q.new_empty((B, H, n_q, d)), q.new_empty((B, H, n_q), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# backward
+# ---------------------------------------------------------------------------------------------
+@torch.library.custom_op("lra_kernels::flash_bwd", mutates_args=())
+def flash_bwd(
+    grad_out: Tensor, grad_lse: Optional[Tensor],
+    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+    key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
+    dkdv_indices: Optional[Tensor], dkdv_counts: Optional[Tensor],
+    dq_indices: Optional[Tensor], dq_counts: Optional[Tensor],
+    causal: bool, dropout_p: float, softmax_scale: float, tiles: list[int],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (dq, dk, dv), contiguous, in the inputs' dtype."""
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    all_tiles = Tiles.from_list(tiles)
+    dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
+    dv = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
+    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    lse2 = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    pad = key_padding_mask.view(torch.uint8) if key_padding_mask is not None else q
+    pad_strides = (pad.stride(0), pad.stride(1)) if key_padding_mask is not None else (0, 0)
+    sparse = dkdv_indices is not None
+    seed_arg = seed if seed is not None else q
+    drop_threshold, drop_scale = _dropout_args(dropout_p)
+    qk_scale = softmax_scale * kern.LOG2E
+    flags = dict(IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse)
+    if grad_lse is not None:
+        grad_lse = grad_lse.contiguous()
+    with _device_guard(q):
+        pre_m = 64
+        kern.flash_bwd_preprocess_kernel[(triton.cdiv(n_q, pre_m), B * H)](
+            out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2,
+            *_s4(out), *_s4(grad_out), H, n_q, d,
+            BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None,
+        )
+        t = all_tiles.dkdv
+        kern.flash_bwd_dkdv_kernel[(triton.cdiv(n_k, t.block_n), B * H)](
+            q, k, v, grad_out, dk, dv, lse2, delta, pad, seed_arg,
+            dkdv_indices if sparse else q, dkdv_counts if sparse else q,
+            *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dk), *_s4(dv), *pad_strides,
+            *_sparse_strides(dkdv_indices, dkdv_counts),
+            H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
+            BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
+            num_warps=t.num_warps, num_stages=t.num_stages,
+        )
+        t = all_tiles.dq
+        kern.flash_bwd_dq_kernel[(triton.cdiv(n_q, t.block_m), B * H)](
+            q, k, v, grad_out, dq, lse2, delta, pad, seed_arg,
+            dq_indices if sparse else q, dq_counts if sparse else q,
+            *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,
+            *_sparse_strides(dq_indices, dq_counts),
+            H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
+            BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
+            num_warps=t.num_warps, num_stages=t.num_stages,
+        )
+    return dq, dk, dv
+
+
+@flash_bwd.register_fake
+def _flash_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
+                    dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# autograd
+# ---------------------------------------------------------------------------------------------
+def _setup_context(ctx, inputs, output):
+    (q, k, v, key_padding_mask, seed, _fi, _fc, dkdv_indices, dkdv_counts, dq_indices, dq_counts,
+     causal, dropout_p, softmax_scale, tiles) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts)
+    ctx.causal = causal
+    ctx.dropout_p = dropout_p
+    ctx.softmax_scale = softmax_scale
+    ctx.tiles = tiles
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.lra_kernels.flash_bwd(
+        grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
+        dq_indices, dq_counts, ctx.causal, ctx.dropout_p, ctx.softmax_scale, ctx.tiles)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None
+
+
+flash_fwd.register_autograd(_backward, setup_context=_setup_context)

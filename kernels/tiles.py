@@ -1,0 +1,116 @@
+"""Tile shapes and launch parameters of the attention kernels, per device, pass and head dim.
+
+A :class:`Tiles` value fixes, for each of the three passes (forward, backward dK/dV, backward dQ),
+the tile (BLOCK_M query rows x BLOCK_N key rows), ``num_warps`` and ``num_stages``. The public
+functions pick one with :func:`select` before launching and hand it, as a list of ints, to the
+forward *and* the backward op, so both always agree (block-sparse index lists are built for
+exactly these tiles).
+
+GPU (sm_80+) values are a fixed table per padded head dim, measured on an H200 with
+``python -m kernels.tuning`` (see ``results/kernels/README.md``); the forward follows the
+FlashAttention-2 shape (128 query rows per program, 64-key tiles), the dK/dV pass keeps a wide key
+tile (128) resident and streams narrow query tiles (32), the dQ pass the other way round.
+
+Without CUDA the kernels run in Triton's interpreter, where every tile operation is a NumPy call:
+big tiles mean fewer calls, so the CPU uses 64 x 64 everywhere.
+
+Block-sparse attention clamps every tile side to ``block_size`` (all are powers of two, so the
+tile divides the layout block and a layout block is a whole number of tiles).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Iterator
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class PassTiles:
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def clamped(self, block_size: int) -> "PassTiles":
+        return dataclasses.replace(self, block_m=min(self.block_m, block_size), block_n=min(self.block_n, block_size))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    fwd: PassTiles
+    dkdv: PassTiles
+    dq: PassTiles
+
+    def as_list(self) -> list[int]:
+        out: list[int] = []
+        for p in (self.fwd, self.dkdv, self.dq):
+            out += [p.block_m, p.block_n, p.num_warps, p.num_stages]
+        return out
+
+    @staticmethod
+    def from_list(values) -> "Tiles":
+        v = [int(x) for x in values]
+        if len(v) != 12:
+            raise ValueError(f"expected 12 tile parameters, got {len(v)}")
+        return Tiles(PassTiles(*v[0:4]), PassTiles(*v[4:8]), PassTiles(*v[8:12]))
+
+    def clamped(self, block_size: int) -> "Tiles":
+        return Tiles(self.fwd.clamped(block_size), self.dkdv.clamped(block_size), self.dq.clamped(block_size))
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """Head dim the kernels compute with: next power of two, at least 16 (tl.dot's minimum)."""
+    return max(16, 1 << (int(head_dim) - 1).bit_length())
+
+
+# (fwd, dkdv, dq) per padded head dim, 16-bit inputs on sm_90 (H100/H200). Head dims 32 and 64:
+# the best of `python -m kernels.tuning --head-dims 64,32 --seq-lens 8192` on an H200 (torch 2.11,
+# triton 3.6, 2026-11-30; timings in results/kernels/tuning_h200.json). 16 reuses 32's entry;
+# 128 is a FlashAttention-2-style guess that was not measured (see results/kernels/README.md).
+_GPU_16BIT: dict[int, Tiles] = {
+    16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 32, 4, 3)),
+    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 32, 4, 3)),
+    64: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 64, 4, 3)),
+    128: Tiles(PassTiles(128, 64, 8, 3), PassTiles(64, 128, 8, 2), PassTiles(128, 64, 8, 2)),
+}
+# float32 inputs: twice the bytes per element, so half the tile area keeps shared memory in bounds.
+_GPU_FP32: dict[int, Tiles] = {
+    16: Tiles(PassTiles(64, 64, 4, 2), PassTiles(32, 64, 4, 2), PassTiles(64, 32, 4, 2)),
+    32: Tiles(PassTiles(64, 64, 4, 2), PassTiles(32, 64, 4, 2), PassTiles(64, 32, 4, 2)),
+    64: Tiles(PassTiles(64, 64, 4, 2), PassTiles(32, 64, 4, 2), PassTiles(64, 32, 4, 2)),
+    128: Tiles(PassTiles(64, 32, 4, 2), PassTiles(32, 64, 8, 1), PassTiles(64, 32, 8, 1)),
+}
+_CPU = Tiles(PassTiles(64, 64, 1, 1), PassTiles(64, 64, 1, 1), PassTiles(64, 64, 1, 1))
+
+_override: list[Tiles] = []
+
+
+@contextlib.contextmanager
+def override(tiles: Tiles) -> Iterator[None]:
+    """Force ``tiles`` for every call made inside the block (tests and tuning scripts)."""
+    _override.append(tiles)
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False) -> None:
+    """Replace one entry of the GPU table (used by the tuning script to try configurations)."""
+    (_GPU_FP32 if fp32 else _GPU_16BIT)[int(head_dim_padded)] = tiles
+
+
+def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: int | None = None) -> Tiles:
+    """Tiles for inputs of ``dtype`` with ``head_dim`` on ``device`` (block-sparse: ``block_size``)."""
+    if _override:
+        tiles = _override[-1]
+    elif device.type == "cuda":
+        table = _GPU_FP32 if dtype == torch.float32 else _GPU_16BIT
+        tiles = table[padded_head_dim(head_dim)]
+    else:
+        tiles = _CPU
+    if block_size is not None:
+        tiles = tiles.clamped(block_size)
+    return tiles

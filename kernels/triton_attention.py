@@ -1,0 +1,539 @@
+"""Triton kernel bodies shared by dense and block-sparse FlashAttention.
+
+One forward kernel and three backward kernels serve both public functions. Each walks its
+reduction axis (key tiles in the forward and dQ pass, query tiles in the dK/dV pass) either over
+an arithmetic range (dense, ``SPARSE=False``) or over a compressed index list of the non-zero
+tiles of one tile row (block-sparse, ``SPARSE=True``; the list comes from
+:class:`kernels.block_sparse.BlockSparseLayout`). Either way the walk is split in two groups:
+
+- *full* tiles: every (query, key) pair inside is allowed by the causal rule and lies inside the
+  sequence, so the inner loop carries no masking work (``MASKED=False``);
+- *partial* tiles: the causal diagonal and the ragged last key tile, where the element masks are
+  applied (``MASKED=True``).
+
+The key-padding mask, when given (``HAS_PAD``), is applied on every key tile of the forward and
+dQ pass; the dK/dV pass needs it only once, at the end, because a padded key's dK/dV rows are
+exactly zero.
+
+Numerics (after FlashAttention-2, Dao 2023): scores are scaled by ``softmax_scale * log2(e)`` so
+that ``exp2`` replaces ``exp``; the running max and sum are float32; the forward stores the
+natural-log log-sum-exp (float32, ``-inf`` for a row that sees no key). The backward recomputes
+``P = exp2(S * scale * log2(e) - LSE * log2(e))`` from it (the preprocess kernel stores
+``LSE * log2(e)`` with ``-inf`` turned into ``+inf``, so such rows get ``P = 0``), and computes
+dK/dV in one pass over key tiles and dQ in another pass over query tiles: every output element is
+written by exactly one program, so the backward is deterministic and uses no atomics.
+
+Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-10 keyed by a 64-bit seed, with
+the counter ``(key index, query index, batch * heads + head, 0)``. Every (b, h, i, j) has its own
+counter whatever the tile sizes, so the backward passes regenerate exactly the forward's mask and
+no counter wraps even when N_q * N_k > 2**32 (each word stays below 2**32 for any N < 2**32).
+
+No ``tl.make_block_ptr``: all addressing is pointer arithmetic with the caller's strides, so
+non-contiguous views (e.g. slices of a fused QKV projection) are read in place.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)   (Python float, for the launchers)
+# the same constants for use inside @triton.jit code (compiled kernels only read constexpr globals)
+LOG2E_C = tl.constexpr(1.4426950408889634)
+LN2_C = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2
+
+
+# ---------------------------------------------------------------------------------------------
+# small helpers
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _load_tile(ptrs, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr, EVEN_D: tl.constexpr):
+    """Load a (rows, BLOCK_D) tile; rows >= n_rows and head-dim padding read as 0."""
+    if EVEN_R:
+        if EVEN_D:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=offs_d[None, :] < head_dim, other=0.0)
+    else:
+        if EVEN_D:
+            x = tl.load(ptrs, mask=offs_r[:, None] < n_rows, other=0.0)
+        else:
+            x = tl.load(ptrs, mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < head_dim), other=0.0)
+    return x
+
+
+@triton.jit
+def _store_tile(ptrs, x, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr, EVEN_D: tl.constexpr):
+    if EVEN_R:
+        if EVEN_D:
+            tl.store(ptrs, x)
+        else:
+            tl.store(ptrs, x, mask=offs_d[None, :] < head_dim)
+    else:
+        if EVEN_D:
+            tl.store(ptrs, x, mask=offs_r[:, None] < n_rows)
+        else:
+            tl.store(ptrs, x, mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < head_dim))
+
+
+@triton.jit
+def dropout_keep(seed, bh, row_ids, col_ids, zero, threshold):
+    """Dropout keep-mask of one tile (shape of ``zero``, a uint32 zero tile).
+
+    Philox-4x32-10 (Salmon et al., 2011) keyed by the 64-bit ``seed`` with counter
+    ``(col, row, bh, 0)``; an element is kept iff the top 31 bits of the first output word are
+    ``>= threshold`` where ``threshold = round(dropout_p * 2**31)``. ``row_ids``/``col_ids`` are
+    absolute query/key indices that broadcast to the tile shape.
+    """
+    c0 = zero + col_ids.to(tl.uint32)
+    c1 = zero + row_ids.to(tl.uint32)
+    c2 = zero + bh.to(tl.uint32)
+    r0, _r1, _r2, _r3 = tl.philox(seed, c0, c1, c2, zero)
+    return (r0 >> 1).to(tl.int32) >= threshold
+
+
+@triton.jit
+def _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   IS_CAUSAL: tl.constexpr):
+    """Key-tile ranges for query tile rows [start_m, start_m + BLOCK_M): [0, full_hi) needs no
+    element mask, [full_hi, end) is partial (causal diagonal or ragged tail), beyond is invisible."""
+    n_tiles = tl.cdiv(N_K, BLOCK_N)
+    n_even = N_K // BLOCK_N
+    if IS_CAUSAL:
+        # row i sees keys j <= i + causal_offset
+        full_hi = tl.minimum(tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
+        end = tl.minimum(tl.cdiv(tl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
+    else:
+        full_hi = n_even
+        end = n_tiles
+    return full_hi, end
+
+
+# ---------------------------------------------------------------------------------------------
+# forward
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, lo, hi,
+               offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
+               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+               HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """Online-softmax accumulation over key tiles [lo, hi) (positions, or list entries if SPARSE).
+    k_ptrs0/v_ptrs0/pad_ptrs0 address the key tile starting at key 0; tiles are reached by offsets."""
+    for it in range(lo, hi):
+        if SPARSE:
+            start_n = tl.load(idx_base + it) * BLOCK_N
+        else:
+            start_n = it * BLOCK_N
+        cols = start_n + offs_n
+        k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        if UPCAST:
+            k = k.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+        if MASKED:
+            if IS_CAUSAL:
+                allowed = cols[None, :] <= offs_m[:, None] + causal_offset
+                if not EVEN_N:
+                    allowed = allowed & (cols[None, :] < N_K)
+            else:
+                allowed = (cols[None, :] < N_K) & (offs_m[:, None] >= 0)
+            qk = tl.where(allowed, qk, float("-inf"))
+        if HAS_PAD:
+            padded = tl.load(pad_ptrs0 + start_n * stride_pn, mask=cols < N_K, other=1)
+            qk = tl.where(padded[None, :] == 0, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        if MASKED or HAS_PAD:
+            # a row with no allowed key so far keeps m = -inf; subtract 0 instead (p = 0, no NaN)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if HAS_DROPOUT:
+            keep = dropout_keep(seed, bh, offs_m[:, None], cols[None, :],
+                                tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.uint32), drop_threshold)
+            p = tl.where(keep, p, 0.0)
+        v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        if UPCAST:
+            v = v.to(tl.float32)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def flash_fwd_kernel(
+    Q, K, V, O, LSE, PAD, SEED, IDX, CNT,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_pb, stride_pn,
+    stride_ih, stride_it, stride_ch, stride_ct,
+    H, N_Q, N_K, HEAD_DIM, causal_offset, qk_scale, drop_threshold, drop_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+):
+    # causal: the last query tiles see the most keys; launch them first for load balance
+    if IS_CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+
+    q_ptrs = Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_ptrs0 = K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs0 = V + b64 * stride_vb + h64 * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    pad_ptrs0 = PAD + b64 * stride_pb + offs_n * stride_pn
+    if HAS_DROPOUT:
+        seed = tl.load(SEED)
+    else:
+        seed = 0
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+
+    if SPARSE:
+        idx_base = IDX + h64 * stride_ih + pid_m * stride_it
+        cnt_base = CNT + h64 * stride_ch + pid_m * stride_ct
+        full_hi = tl.load(cnt_base)
+        end = tl.load(cnt_base + 1)
+    else:
+        idx_base = IDX
+        full_hi, end = _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    acc, l_i, m_i = _fwd_tiles(
+        acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, 0, full_hi,
+        offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold,
+        BLOCK_M, BLOCK_N, EVEN_N, EVEN_D, False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+    if IS_CAUSAL or not EVEN_N or SPARSE:
+        acc, l_i, m_i = _fwd_tiles(
+            acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, full_hi, end,
+            offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold,
+            BLOCK_M, BLOCK_N, EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+
+    # epilogue: rows that saw no key (l == 0) give 0 and LSE = -inf
+    seen = l_i > 0.0
+    inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
+    if HAS_DROPOUT:
+        inv_l = inv_l * drop_scale
+    out = acc * inv_l[:, None]
+    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * LN2_C, float("-inf"))
+    o_ptrs = O + b64 * stride_ob + h64 * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    _store_tile(o_ptrs, out.to(O.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    lse_ptrs = LSE + pid_bh.to(tl.int64) * N_Q + offs_m
+    if EVEN_M:
+        tl.store(lse_ptrs, lse)
+    else:
+        tl.store(lse_ptrs, lse, mask=offs_m < N_Q)
+
+
+# ---------------------------------------------------------------------------------------------
+# backward: preprocess
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def flash_bwd_preprocess_kernel(
+    O, DO, LSE, DLSE, DELTA, LSE2,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    H, N_Q, HEAD_DIM,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr,
+):
+    """DELTA = rowsum(dO * O) - dLSE and LSE2 = LSE * log2(e) with -inf -> +inf (both float32)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b64 = (pid_bh // H).to(tl.int64)
+    h64 = (pid_bh % H).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    o = _load_tile(O + b64 * stride_ob + h64 * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+                   offs_m, N_Q, offs_d, HEAD_DIM, False, False).to(tl.float32)
+    do = _load_tile(DO + b64 * stride_dob + h64 * stride_doh + offs_m[:, None] * stride_dom
+                    + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, False, False).to(tl.float32)
+    delta = tl.sum(o * do, 1)
+    row = pid_bh.to(tl.int64) * N_Q + offs_m
+    row_ok = offs_m < N_Q
+    if HAS_DLSE:
+        delta = delta - tl.load(DLSE + row, mask=row_ok, other=0.0)
+    tl.store(DELTA + row, delta, mask=row_ok)
+    lse = tl.load(LSE + row, mask=row_ok, other=0.0)
+    tl.store(LSE2 + row, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C), mask=row_ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# backward: dK, dV (one program per key tile, loop over query tiles)
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base, lo, hi,
+                offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
+                drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr,
+                EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """dK/dV accumulation of one key tile over query tiles [lo, hi) (positions, or list entries)."""
+    for it in range(lo, hi):
+        if SPARSE:
+            start_m = tl.load(idx_base + it) * BLOCK_M
+        else:
+            start_m = it * BLOCK_M
+        rows = start_m + offs_m0
+        q = _load_tile(q_ptrs0 + start_m * stride_qm, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+        do = _load_tile(do_ptrs0 + start_m * stride_dom, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+        if UPCAST:
+            q = q.to(tl.float32)
+            do = do.to(tl.float32)
+        if EVEN_M:
+            lse2 = tl.load(lse2_base + rows)
+            delta = tl.load(delta_base + rows)
+        else:
+            lse2 = tl.load(lse2_base + rows, mask=rows < N_Q, other=float("inf"))
+            delta = tl.load(delta_base + rows, mask=rows < N_Q, other=0.0)
+        # transposed scores: (BLOCK_N keys, BLOCK_M queries)
+        qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)
+        pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
+        if MASKED:
+            if IS_CAUSAL:
+                pT = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, pT, 0.0)
+        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
+        if HAS_DROPOUT:
+            keepT = dropout_keep(seed, bh, rows[None, :], offs_n[:, None],
+                                 tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.uint32), drop_threshold)
+            pT_used = tl.where(keepT, pT * drop_scale, 0.0)
+            dpT = tl.where(keepT, dpT * drop_scale, 0.0)
+        else:
+            pT_used = pT
+        dv = tl.dot(pT_used.to(do.dtype), do, dv, input_precision=DOT_PREC)
+        dsT = pT * (dpT - delta[None, :])
+        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PREC)
+    return dk, dv
+
+
+@triton.jit
+def flash_bwd_dkdv_kernel(
+    Q, K, V, DO, DK, DV, LSE2, DELTA, PAD, SEED, IDX, CNT,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    stride_pb, stride_pn,
+    stride_ih, stride_it, stride_ch, stride_ct,
+    H, N_Q, N_K, HEAD_DIM, causal_offset, qk_scale, sm_scale, drop_threshold, drop_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b64 = (pid_bh // H).to(tl.int64)
+    h64 = (pid_bh % H).to(tl.int64)
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+
+    k = _load_tile(K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                   offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+    v = _load_tile(V + b64 * stride_vb + h64 * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                   offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    q_ptrs0 = Q + b64 * stride_qb + h64 * stride_qh + offs_m0[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    do_ptrs0 = DO + b64 * stride_dob + h64 * stride_doh + offs_m0[:, None] * stride_dom + offs_d[None, :] * stride_dod
+    lse2_base = LSE2 + pid_bh.to(tl.int64) * N_Q
+    delta_base = DELTA + pid_bh.to(tl.int64) * N_Q
+    if HAS_DROPOUT:
+        seed = tl.load(SEED)
+    else:
+        seed = 0
+    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+
+    n_m_tiles = tl.cdiv(N_Q, BLOCK_M)
+    if SPARSE:
+        idx_base = IDX + h64 * stride_ih + pid_n * stride_it
+        cnt_base = CNT + h64 * stride_ch + pid_n * stride_ct
+        full_lo = 0
+        full_hi = tl.load(cnt_base)
+        part_lo = full_hi
+        part_hi = tl.load(cnt_base + 1)
+    else:
+        idx_base = IDX
+        if IS_CAUSAL:
+            # query i sees key j iff j <= i + causal_offset: rows before start_n - offset see nothing
+            part_lo = tl.maximum(start_n - causal_offset, 0) // BLOCK_M
+            full_lo = tl.minimum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M), n_m_tiles)
+            part_hi = full_lo
+        else:
+            full_lo = 0
+            part_lo = 0
+            part_hi = 0
+        full_hi = n_m_tiles
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base,
+                         full_lo, full_hi, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed,
+                         pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_M, EVEN_D, False, IS_CAUSAL,
+                         HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+    if IS_CAUSAL or SPARSE:
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base,
+                             part_lo, part_hi, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed,
+                             pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_M, EVEN_D, True, IS_CAUSAL,
+                             HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+    dk = dk * sm_scale
+    if HAS_PAD:
+        # a padded key gets no probability from any query: its dK and dV are exactly zero
+        padded = tl.load(PAD + b64 * stride_pb + offs_n * stride_pn, mask=offs_n < N_K, other=1)
+        dk = tl.where(padded[:, None] == 0, dk, 0.0)
+        dv = tl.where(padded[:, None] == 0, dv, 0.0)
+    _store_tile(DK + b64 * stride_dkb + h64 * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+                dk.to(DK.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+    _store_tile(DV + b64 * stride_dvb + h64 * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+                dv.to(DV.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+
+
+# ---------------------------------------------------------------------------------------------
+# backward: dQ (one program per query tile, loop over key tiles)
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, lo, hi,
+              offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold, drop_scale,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
+              MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+              SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """dQ accumulation of one query tile over key tiles [lo, hi) (positions, or list entries)."""
+    for it in range(lo, hi):
+        if SPARSE:
+            start_n = tl.load(idx_base + it) * BLOCK_N
+        else:
+            start_n = it * BLOCK_N
+        cols = start_n + offs_n0
+        k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            if IS_CAUSAL:
+                allowed = cols[None, :] <= offs_m[:, None] + causal_offset
+                if not EVEN_N:
+                    allowed = allowed & (cols[None, :] < N_K)
+            else:
+                allowed = (cols[None, :] < N_K) & (offs_m[:, None] >= 0)
+            p = tl.where(allowed, p, 0.0)
+        if HAS_PAD:
+            padded = tl.load(pad_ptrs0 + start_n * stride_pn, mask=cols < N_K, other=1)
+            p = tl.where(padded[None, :] == 0, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+        if HAS_DROPOUT:
+            keep = dropout_keep(seed, bh, offs_m[:, None], cols[None, :],
+                                tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.uint32), drop_threshold)
+            dp = tl.where(keep, dp * drop_scale, 0.0)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PREC)
+    return dq
+
+
+@triton.jit
+def flash_bwd_dq_kernel(
+    Q, K, V, DO, DQ, LSE2, DELTA, PAD, SEED, IDX, CNT,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+    stride_pb, stride_pn,
+    stride_ih, stride_it, stride_ch, stride_ct,
+    H, N_Q, N_K, HEAD_DIM, causal_offset, qk_scale, sm_scale, drop_threshold, drop_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+):
+    if IS_CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b64 = (pid_bh // H).to(tl.int64)
+    h64 = (pid_bh % H).to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+
+    q = _load_tile(Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                   offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    do = _load_tile(DO + b64 * stride_dob + h64 * stride_doh + offs_m[:, None] * stride_dom
+                    + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    row = pid_bh.to(tl.int64) * N_Q + offs_m
+    if EVEN_M:
+        lse2 = tl.load(LSE2 + row)
+        delta = tl.load(DELTA + row)
+    else:
+        lse2 = tl.load(LSE2 + row, mask=offs_m < N_Q, other=float("inf"))
+        delta = tl.load(DELTA + row, mask=offs_m < N_Q, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    k_ptrs0 = K + b64 * stride_kb + h64 * stride_kh + offs_n0[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs0 = V + b64 * stride_vb + h64 * stride_vh + offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    pad_ptrs0 = PAD + b64 * stride_pb + offs_n0 * stride_pn
+    if HAS_DROPOUT:
+        seed = tl.load(SEED)
+    else:
+        seed = 0
+    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    if SPARSE:
+        idx_base = IDX + h64 * stride_ih + pid_m * stride_it
+        cnt_base = CNT + h64 * stride_ch + pid_m * stride_ct
+        full_hi = tl.load(cnt_base)
+        end = tl.load(cnt_base + 1)
+    else:
+        idx_base = IDX
+        full_hi, end = _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base,
+                   0, full_hi, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh,
+                   drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_N, EVEN_D, False, IS_CAUSAL, HAS_PAD,
+                   HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+    if IS_CAUSAL or not EVEN_N or SPARSE:
+        dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
+                       idx_base, full_hi, end, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed,
+                       pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD,
+                       HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+    dq = dq * sm_scale
+    _store_tile(DQ + b64 * stride_dqb + h64 * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+                dq.to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+
+
+# ---------------------------------------------------------------------------------------------
+# dropout keep-mask (testing helper)
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def dropout_mask_kernel(OUT, SEED, H, N_Q, N_K, drop_threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """OUT[b, h, i, j] (uint8, contiguous) = the keep decision the attention kernels make."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_bh = tl.program_id(2)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    keep = dropout_keep(tl.load(SEED), pid_bh, rows[:, None], cols[None, :],
+                        tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.uint32), drop_threshold)
+    ptrs = OUT + pid_bh.to(tl.int64) * N_Q * N_K + rows[:, None].to(tl.int64) * N_K + cols[None, :]
+    tl.store(ptrs, keep.to(tl.uint8), mask=(rows[:, None] < N_Q) & (cols[None, :] < N_K))

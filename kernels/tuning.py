@@ -1,0 +1,160 @@
+"""Measure tile configurations of the attention kernels on this GPU (``python -m kernels.tuning``).
+
+For each head dim it times the forward with every forward candidate, then the backward with every
+dK/dV candidate (dQ fixed), then every dQ candidate (with the best dK/dV), at bf16 shapes of the
+kernel benchmark (B * N = tokens, H = hidden / d), on several N; the best candidate per pass
+minimises the geometric mean of its times over those N. It prints the table entries for
+``kernels/tiles.py`` and writes every timing as JSON. Candidates that do not fit (shared memory,
+registers) are reported and skipped. SDPA's flash and cuDNN back-ends are timed on the same shapes
+for orientation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+from . import flash_attention
+from .tiles import PassTiles, Tiles, padded_head_dim, select
+
+# candidates (BLOCK_M, BLOCK_N, num_warps, num_stages) per pass; head dim 128 has its own lists
+FWD = [(128, 64, 4, 3), (128, 128, 4, 3), (128, 128, 8, 3)]
+DKDV = [(32, 128, 4, 3), (64, 128, 4, 3), (64, 128, 8, 3)]
+DQ = [(128, 32, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3)]
+FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3)]
+DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 64, 4, 3)]
+DQ_128 = [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)]
+
+
+def _bench(fn, grads=None) -> float:
+    import triton
+
+    return float(triton.testing.do_bench(fn, warmup=10, rep=40, grad_to_none=grads, return_mode="median"))
+
+
+def _inputs(n, d, tokens, hidden, dtype):
+    B, H = max(1, tokens // n), hidden // d
+    q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    return q, k, v
+
+
+def _time_fwd(q, k, v) -> float:
+    def fn():
+        with torch.no_grad():
+            flash_attention(q, k, v)
+    return _bench(fn)
+
+
+def _time_bwd(q, k, v) -> float:
+    out = flash_attention(q, k, v)
+    dout = torch.randn_like(out)
+    return _bench(lambda: out.backward(dout, retain_graph=True), [q, k, v])
+
+
+def _sdpa_times(q, k, v) -> dict:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = {}
+    for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel([backend]):
+                def fwd():
+                    with torch.no_grad():
+                        F.scaled_dot_product_attention(q, k, v)
+                o = F.scaled_dot_product_attention(q, k, v)
+                dout = torch.randn_like(o)
+                out[name] = {"fwd": _bench(fwd), "bwd": _bench(lambda: o.backward(dout, retain_graph=True), [q, k, v])}
+        except RuntimeError as err:
+            out[name] = {"error": str(err)[:200]}
+    return out
+
+
+def _geo(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None) -> dict:
+    results = {}
+    for d in head_dims:
+        base = select(torch.device("cuda"), dtype, d)
+        shapes = [_inputs(n, d, tokens, hidden, dtype) for n in seq_lens]
+        entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}}
+        for n, (q, k, v) in zip(seq_lens, shapes):
+            entry["sdpa"][n] = _sdpa_times(q, k, v)
+
+        def trial(kind, cand, tiles):
+            t0 = time.perf_counter()
+            try:
+                from .tiles import override
+                with override(tiles):
+                    ms = [(_time_fwd if kind == "fwd" else _time_bwd)(*s) for s in shapes]
+            except Exception as err:  # noqa: BLE001 - a config that does not fit is skipped
+                entry[kind][str(cand)] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
+                print(f"d={d} {kind} {cand}: {type(err).__name__}", flush=True)
+                return None
+            entry[kind][str(cand)] = {"ms": dict(zip(seq_lens, ms)), "s": round(time.perf_counter() - t0, 1)}
+            print(f"d={d} {kind} {cand}: " + " ".join(f"{m:.3f}" for m in ms) + " ms", flush=True)
+            return _geo(ms)
+
+        best = {}
+        big = padded_head_dim(d) == 128
+        for kind, cands in (("fwd", FWD_128 if big else FWD), ("dkdv", DKDV_128 if big else DKDV),
+                            ("dq", DQ_128 if big else DQ)):
+            scored = []
+            for cand in cands:
+                pt = PassTiles(*cand)
+                if kind == "fwd":
+                    tiles = Tiles(pt, base.dkdv, base.dq)
+                elif kind == "dkdv":
+                    tiles = Tiles(base.fwd, pt, base.dq)
+                else:
+                    tiles = Tiles(base.fwd, best.get("dkdv", base.dkdv), pt)
+                score = trial(kind, cand, tiles)
+                if score is not None:
+                    scored.append((score, cand))
+            if scored:
+                best[kind] = PassTiles(*min(scored)[1])
+        entry["best"] = {k: [v.block_m, v.block_n, v.num_warps, v.num_stages] for k, v in best.items()}
+        results[padded_head_dim(d)] = entry
+        if on_result is not None:
+            on_result(results)
+        del shapes
+        torch.cuda.empty_cache()
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dims", default="64,32,128")
+    parser.add_argument("--seq-lens", default="4096,16384")
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--out", default=None, help="JSON file for every timing")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernels.tuning needs a CUDA GPU", file=sys.stderr)
+        return 2
+    def save(results):  # after every head dim, so a run cut short keeps what it measured
+        if args.out:
+            with open(args.out + ".tmp", "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f,
+                          indent=1, default=str)
+            os.replace(args.out + ".tmp", args.out)
+
+    results = tune([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seq_lens.split(",")],
+                   args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save)
+    print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages)")
+    for d, entry in results.items():
+        print(f"{d}: {entry['best']}   sdpa: {json.dumps(entry['sdpa'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

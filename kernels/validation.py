@@ -1,0 +1,82 @@
+"""Input checks at the public boundary: one clear ValueError/TypeError before any kernel launches."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionShape:
+    batch: int
+    heads: int
+    n_q: int
+    n_k: int
+    head_dim: int
+
+
+def _describe(t) -> str:
+    return f"{type(t).__name__}" if not isinstance(t, torch.Tensor) else f"tensor of shape {tuple(t.shape)}"
+
+
+def check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale) -> AttentionShape:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, N, d), got {_describe(t)}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must have 4 dims (batch, heads, seq_len, head_dim) like "
+                f"scaled_dot_product_attention, got {t.dim()} dims with shape {tuple(t.shape)}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; supported: float16, bfloat16, float32")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got q {q.device}, k {k.device}, v {v.device}")
+    B, H, n_q, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape (B, H, N_k, d), got k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    if k.shape[0] != B or k.shape[1] != H:
+        raise ValueError(f"q {tuple(q.shape)} and k/v {tuple(k.shape)} differ in batch or heads; "
+                         f"expected k/v of shape ({B}, {H}, N_k, {d})")
+    if k.shape[3] != d:
+        raise ValueError(f"q has head_dim {d} but k/v have head_dim {k.shape[3]}")
+    n_k = k.shape[2]
+    if min(B, H, n_q, n_k) < 1:
+        raise ValueError(f"empty input: batch, heads, N_q and N_k must all be >= 1, got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {d} is not supported: the kernels take 1 <= head_dim <= {MAX_HEAD_DIM}")
+    if q.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"inputs are on {q.device}; the kernels run on CUDA or (through Triton's interpreter) CPU")
+    if q.device.type == "cpu" and torch.cuda.is_available():
+        raise ValueError("inputs are on the CPU but CUDA is available, so Triton compiles for the GPU; "
+                         "move q, k, v to the GPU (CPU tensors run only through the interpreter, "
+                         "TRITON_INTERPRET=1, on machines without CUDA)")
+    if key_padding_mask is not None:
+        m = key_padding_mask
+        if not isinstance(m, torch.Tensor):
+            raise TypeError(f"key_padding_mask must be a bool tensor (B, N_k), got {_describe(m)}")
+        if m.dtype != torch.bool:
+            raise TypeError(f"key_padding_mask must have dtype torch.bool (True = padding), got {m.dtype}")
+        if tuple(m.shape) != (B, n_k):
+            raise ValueError(f"key_padding_mask must have shape (B, N_k) = ({B}, {n_k}), got {tuple(m.shape)}")
+        if m.device != q.device:
+            raise ValueError(f"key_padding_mask is on {m.device} but q/k/v are on {q.device}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if not 0.0 <= float(dropout_p) < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if softmax_scale is not None:
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+            raise TypeError(f"softmax_scale must be a positive float or None, got {softmax_scale!r}")
+        if not (math.isfinite(float(softmax_scale)) and float(softmax_scale) > 0):
+            raise ValueError(f"softmax_scale must be a finite positive number, got {softmax_scale}")
+    return AttentionShape(B, H, n_q, n_k, d)

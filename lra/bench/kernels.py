@@ -1,0 +1,564 @@
+"""`lra bench kernels`: our Triton kernels against PyTorch's attention back-ends (GPU).
+
+Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one provenance file:
+
+1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention) vs the anchors ``sdpa_flash``,
+   ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
+   torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
+   (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
+   FlashAttention papers: B * N = ``--tokens`` (16K), hidden ``--hidden`` (2048) so H = hidden / d.
+2. **sparse** (pattern = layout name): ``ours_sparse`` (kernels.block_sparse_flash_attention with a
+   prebuilt BlockSparseLayout) vs ``flex_sparse`` (FlexAttention with the identical pattern as a
+   BlockMask, kernels.layouts.to_block_mask) for the BigBird / local / butterfly builders of
+   kernels.layouts; the block density is recorded; our dense kernel's row of the same shape is the
+   dense reference (time(sparse) / time(dense) against 1.25 * density + 0.02).
+3. **approx** (pattern ``approx``): the approximate baselines of the registry
+   (``lra.attention.build(name, num_heads=H, head_dim=d, max_len=N)``) at the same shapes.
+
+Per cell and pass (``fwd`` under no_grad, ``bwd`` = backward of a retained graph, ``fwd_bwd``) the
+time is the median of ``triton.testing.do_bench`` (warm-up first, so compilation is excluded; it
+flushes the L2 between repetitions), on fresh random normal inputs per shape. TFLOP/s counts
+4 * B * H * N^2 * d for the forward (halved for causal), x2.5 for the backward, x3.5 for
+forward + backward; block-sparse rows count the FLOPs of the computed blocks (x density); approximate
+baselines get no TFLOP/s. ``extra_mem_gb`` is the peak allocation of one more run above what was
+allocated before it (inputs, and for ``bwd`` the retained graph, excluded). Out-of-memory cells are
+``oom`` (longer N of that implementation are then not tried), cells a back-end refuses are
+``unsupported``, other failures ``error`` with the message; nothing stops the sweep. All outputs are
+rewritten atomically after every cell, so a run cut short keeps what it measured.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from lra.records import atomic_write_text
+
+K = 1024
+COLUMNS = ["impl", "pass", "seq_len", "head_dim", "batch", "heads", "dtype", "pattern", "density", "ms", "tflops",
+           "extra_mem_gb", "status", "note"]
+DENSE_IMPLS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
+SPARSE_IMPLS = ("ours_sparse", "flex_sparse")
+ANCHORS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
+PASSES = ("fwd", "bwd", "fwd_bwd")
+FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
+SPARSE_LAYOUTS = ("bigbird", "local", "butterfly")
+APPROX = ("performer", "linformer", "bigbird", "softmax")
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def _int_list(text: str) -> list[int]:
+    out = []
+    for part in str(text).split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        scale = K if part.endswith("k") else 1
+        try:
+            out.append(int(float(part[:-1] if part.endswith("k") else part) * scale))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1k,4096; got {text!r}") from None
+    return out
+
+
+def _name_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        bad = [n for n in names if n not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {', '.join(choices)}")
+        return names
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="results/kernels", help="output directory (default results/kernels)")
+    parser.add_argument("--name", default="kernels", help="file stem of <name>.csv/.md/.meta.json")
+    parser.add_argument("--seq-lens", type=_int_list, default=_int_list("1k,2k,4k,8k,16k,32k,64k"),
+                        help="dense sequence lengths (default 1k..64k)")
+    parser.add_argument("--head-dims", type=_int_list, default=[64, 32, 128], help="dense head dims, run in this order")
+    parser.add_argument("--impls", type=_name_list(DENSE_IMPLS), default=list(DENSE_IMPLS),
+                        help=f"dense implementations (default all: {','.join(DENSE_IMPLS)})")
+    parser.add_argument("--passes", type=_name_list(PASSES), default=list(PASSES), help="fwd,bwd,fwd_bwd")
+    parser.add_argument("--tokens", type=int, default=16 * K, help="B * N per cell (default 16384)")
+    parser.add_argument("--hidden", type=int, default=2048, help="H * d (default 2048)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--causal", action="store_true", help="causal attention everywhere (default: not causal)")
+    parser.add_argument("--sparse-layouts", type=_name_list(SPARSE_LAYOUTS + ("none",)), default=list(SPARSE_LAYOUTS),
+                        help="block-sparse layouts ('none' skips the sparse part)")
+    parser.add_argument("--sparse-seq-lens", type=_int_list, default=_int_list("1k,2k,4k,8k,16k,32k,64k"))
+    parser.add_argument("--sparse-head-dims", type=_int_list, default=[64, 32])
+    parser.add_argument("--sparse-impls", type=_name_list(SPARSE_IMPLS), default=list(SPARSE_IMPLS))
+    parser.add_argument("--block-size", type=int, default=128, help="layout block size of the sparse part")
+    parser.add_argument("--approx", type=_name_list(APPROX + ("none",)), default=list(APPROX),
+                        help="approximate baselines from lra.attention ('none' skips them)")
+    parser.add_argument("--approx-seq-lens", type=_int_list, default=_int_list("1k,4k,16k"))
+    parser.add_argument("--approx-head-dims", type=_int_list, default=[64, 32])
+    parser.add_argument("--flex-dynamic", action="store_true",
+                        help="compile FlexAttention with dynamic=True (one compile per head dim instead of per shape)")
+    parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms")
+    parser.add_argument("--rep", type=float, default=100.0, help="do_bench repetition time, ms")
+    parser.add_argument("--time-budget", type=float, default=None,
+                        help="seconds; start no new cell after this (what was measured is kept)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows of an existing <out>/<name>.csv and measure only the missing cells")
+    parser.add_argument("--tiles", default=None,
+                        help="JSON from `python -m kernels.tuning --out` whose best tiles replace the GPU table")
+
+
+# ---------------------------------------------------------------------------------------------
+# implementations: each returns forward(q, k, v) -> out
+# ---------------------------------------------------------------------------------------------
+class Unsupported(Exception):
+    """The implementation cannot run this cell (recorded as status 'unsupported')."""
+
+
+def _sdpa(backend_name: str, causal: bool):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+               "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[backend_name]
+
+    def forward(q, k, v):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return forward
+
+
+def _softmax(causal: bool):
+    import torch
+
+    def forward(q, k, v):
+        s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+        if causal:
+            n_q, n_k = s.shape[-2:]
+            keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(n_k - n_q)
+            s = s.masked_fill(~keep, float("-inf"))
+        return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+    return forward
+
+
+class Flex:
+    """torch.compile'd FlexAttention, shared by every cell (recompiles per shape unless dynamic)."""
+
+    def __init__(self, dynamic: bool):
+        import torch
+        import torch._dynamo
+
+        from torch.nn.attention.flex_attention import flex_attention
+        for option in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                       "accumulated_recompile_limit"):
+            if hasattr(torch._dynamo.config, option):
+                setattr(torch._dynamo.config, option, max(getattr(torch._dynamo.config, option), 4096))
+        # the `bwd` pass replays one backward (retain_graph=True), which donated buffers forbid
+        import torch._functorch.config as functorch_config
+        if hasattr(functorch_config, "donated_buffer"):
+            functorch_config.donated_buffer = False
+        self.dynamic = dynamic
+        self.fn = torch.compile(flex_attention, dynamic=dynamic)
+
+    def forward(self, block_mask=None):
+        def forward(q, k, v):
+            return self.fn(q, k, v, block_mask=block_mask)
+        return forward
+
+
+def _causal_block_mask(n: int, device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, n, n, device=device)
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring one cell
+# ---------------------------------------------------------------------------------------------
+def _classify(err: BaseException) -> tuple[str, str]:
+    import torch
+
+    text = " ".join(str(err).split())[:300]
+    if isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower():
+        return "oom", text[:160]
+    if isinstance(err, Unsupported) or "No available kernel" in text or "not supported" in text.lower():
+        return "unsupported", text
+    return "error", f"{type(err).__name__}: {text}"
+
+
+def _measure(forward, shape, pass_name: str, dtype, warmup: float, rep: float, seed: int) -> tuple[float, float]:
+    """(median ms, extra peak GiB) of one pass on fresh random inputs."""
+    import torch
+    import triton
+
+    B, H, N, d = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
+    if pass_name == "fwd":
+        def fn():
+            with torch.no_grad():
+                forward(q, k, v)
+        grads = None
+    else:
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        grads = [q, k, v]
+        if pass_name == "bwd":
+            out = forward(q, k, v)
+            dout = torch.randn(out.shape, device="cuda", dtype=out.dtype, generator=gen)
+
+            def fn():
+                out.backward(dout, retain_graph=True)
+        else:
+            dout = torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=gen)
+
+            def fn():
+                forward(q, k, v).backward(dout)
+    ms = triton.testing.do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grads, return_mode="median")
+    for t in (q, k, v):
+        t.grad = None
+    torch.cuda.synchronize()
+    gc.collect()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    extra = (torch.cuda.max_memory_allocated() - base) / 2**30
+    return float(ms), float(extra)
+
+
+class Report:
+    """Accumulates rows; rewrites CSV + Markdown + meta atomically after every cell."""
+
+    def __init__(self, out_dir: Path, name: str, meta: dict, resume: bool = False):
+        self.csv = out_dir / f"{name}.csv"
+        self.md = out_dir / f"{name}.md"
+        self.meta_path = out_dir / f"{name}.meta.json"
+        self.meta = meta
+        self.rows: list[dict] = []
+        if resume and self.csv.exists():
+            old = pd.read_csv(self.csv, keep_default_na=False, na_values=[""])
+            missing = set(COLUMNS) - set(old.columns)
+            if missing:
+                raise ValueError(f"{self.csv} lacks columns {sorted(missing)}: not a `lra bench kernels` CSV")
+            for rec in old.to_dict("records"):
+                self.rows.append({c: (None if isinstance(rec[c], float) and math.isnan(rec[c]) else rec[c])
+                                  for c in COLUMNS})
+            earlier = []
+            if self.meta_path.exists():
+                try:
+                    previous = json.loads(self.meta_path.read_text())
+                    earlier = previous.get("earlier_runs", []) + [
+                        {k: previous.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings")}]
+                except (OSError, ValueError):
+                    earlier = [{"note": f"{self.meta_path} unreadable"}]
+            meta["earlier_runs"] = earlier
+            meta["resumed_rows"] = len(self.rows)
+
+    def has(self, impl, pass_name, n, d, pattern) -> bool:
+        return any(r["impl"] == impl and r["pass"] == pass_name and int(r["seq_len"]) == n and int(r["head_dim"]) == d
+                   and r["pattern"] == pattern for r in self.rows)
+
+    def add(self, **row) -> None:
+        self.rows.append({c: row.get(c) for c in COLUMNS})
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=COLUMNS)
+
+    def flush(self) -> None:
+        df = self.frame()
+        atomic_write_text(self.csv, df.to_csv(index=False, float_format="%.6g"))
+        atomic_write_text(self.md, render_markdown(df, self.meta))
+        atomic_write_text(self.meta_path, json.dumps(self.meta, indent=2, default=str) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------------------------
+def _fmt(x, digits=1) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _cell_text(row) -> str:
+    if row is None:
+        return ""
+    if row["status"] != "ok":
+        return row["status"]
+    return _fmt(row["tflops"]) if row["tflops"] == row["tflops"] and row["tflops"] is not None else _fmt(row["ms"], 2)
+
+
+def render_markdown(df: pd.DataFrame, meta: dict) -> str:
+    lines = [f"# Kernel benchmark — {meta.get('device', '?')}", ""]
+    lines.append(f"- command: `{meta.get('command', '')}`")
+    v = meta.get("versions", {})
+    lines.append(f"- versions: torch {v.get('torch')}, triton {v.get('triton')}, python {v.get('python')}")
+    lines.append(f"- date: {meta.get('date')}, git revision: {meta.get('git_rev')}")
+    s = meta.get("settings", {})
+    lines.append(f"- dtype {s.get('dtype')}, B*N = {s.get('tokens')} tokens, hidden {s.get('hidden')} (H = hidden/d), "
+                 f"causal={s.get('causal')}; medians of triton.testing.do_bench")
+    lines.append("")
+    if df.empty:
+        return "\n".join(lines + ["(no cells measured yet)", ""])
+    dense = df[df["pattern"] == "dense"]
+    if not dense.empty:
+        lines += ["## Dense: TFLOP/s (speed-up of ours = anchor ms / ours ms)", ""]
+        for d in dense["head_dim"].drop_duplicates():
+            for p in PASSES:
+                sub = dense[(dense["head_dim"] == d) & (dense["pass"] == p)]
+                if sub.empty:
+                    continue
+                impls = [i for i in DENSE_IMPLS if i in set(sub["impl"])]
+                anchors = [a for a in ANCHORS if a in impls]
+                header = ["N", "B x H"] + [f"{i}" for i in impls] + [f"ours vs {a}" for a in anchors if "ours" in impls]
+                lines += [f"### d = {d}, {p}", "", "| " + " | ".join(header) + " |",
+                          "|" + "---|" * len(header)]
+                for n in sorted(sub["seq_len"].unique()):
+                    at = {r["impl"]: r for _, r in sub[sub["seq_len"] == n].iterrows()}
+                    anyrow = next(iter(at.values()))
+                    cells = [f"{n // K}K" if n % K == 0 else str(n), f"{anyrow['batch']} x {anyrow['heads']}"]
+                    cells += [_cell_text(at.get(i)) for i in impls]
+                    if "ours" in impls:
+                        ours = at.get("ours")
+                        for a in anchors:
+                            other = at.get(a)
+                            ok = ours is not None and other is not None and ours["status"] == "ok" and other["status"] == "ok"
+                            cells.append(f"{other['ms'] / ours['ms']:.2f}x" if ok else "")
+                    lines.append("| " + " | ".join(cells) + " |")
+                lines.append("")
+    sparse = df[~df["pattern"].isin(["dense", "approx"])]
+    if not sparse.empty:
+        lines += ["## Block-sparse (ms; sparse/dense = ours_sparse ms / ours dense ms; bound = 1.25 x density + 0.02)", ""]
+        header = ["layout", "N", "d", "pass", "density", "ours_sparse ms", "flex_sparse ms", "vs flex",
+                  "ours dense ms", "sparse/dense", "bound"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for (pat, n, d, p), grp in sparse.groupby(["pattern", "seq_len", "head_dim", "pass"], sort=False):
+            at = {r["impl"]: r for _, r in grp.iterrows()}
+            ours, flex = at.get("ours_sparse"), at.get("flex_sparse")
+            dense_row = dense[(dense["impl"] == "ours") & (dense["seq_len"] == n) & (dense["head_dim"] == d)
+                              & (dense["pass"] == p) & (dense["status"] == "ok")]
+            dens = grp["density"].iloc[0]
+            o_ms = ours["ms"] if ours is not None and ours["status"] == "ok" else None
+            f_ms = flex["ms"] if flex is not None and flex["status"] == "ok" else None
+            d_ms = float(dense_row["ms"].iloc[0]) if not dense_row.empty else None
+            lines.append("| " + " | ".join([
+                str(pat), f"{n // K}K", str(d), p, f"{dens:.3f}",
+                _fmt(o_ms, 3) if o_ms else (ours["status"] if ours is not None else ""),
+                _fmt(f_ms, 3) if f_ms else (flex["status"] if flex is not None else ""),
+                f"{f_ms / o_ms:.2f}x" if o_ms and f_ms else "",
+                _fmt(d_ms, 3) if d_ms else "",
+                f"{o_ms / d_ms:.3f}" if o_ms and d_ms else "",
+                f"{1.25 * dens + 0.02:.3f}"]) + " |")
+        lines.append("")
+    approx = df[df["pattern"] == "approx"]
+    if not approx.empty:
+        lines += ["## Approximate baselines (ms, extra GiB) next to our dense kernel", ""]
+        header = ["impl", "N", "d", "pass", "ms", "extra GiB", "ours dense ms", "status"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for _, r in approx.iterrows():
+            dense_row = dense[(dense["impl"] == "ours") & (dense["seq_len"] == r["seq_len"])
+                              & (dense["head_dim"] == r["head_dim"]) & (dense["pass"] == r["pass"])
+                              & (dense["status"] == "ok")]
+            lines.append("| " + " | ".join([
+                r["impl"], f"{r['seq_len'] // K}K", str(r["head_dim"]), r["pass"], _fmt(r["ms"], 3),
+                _fmt(r["extra_mem_gb"], 2), _fmt(float(dense_row["ms"].iloc[0]), 3) if not dense_row.empty else "",
+                r["status"] if r["status"] == "ok" else f"{r['status']}: {r['note']}"]) + " |")
+        lines.append("")
+    bad = df[df["status"] != "ok"]
+    if not bad.empty:
+        lines += ["## Cells not measured", ""]
+        for _, r in bad.iterrows():
+            lines.append(f"- {r['impl']} {r['pass']} N={r['seq_len']} d={r['head_dim']} {r['pattern']}: "
+                         f"{r['status']} — {r['note']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def summary_table(df: pd.DataFrame) -> str:
+    """Compact text table: ours' TFLOP/s and speed-ups over each anchor per (d, pass, N)."""
+    dense = df[(df["pattern"] == "dense") & (df["status"] == "ok")]
+    if dense.empty:
+        return "(no dense cells)"
+    ms = dense.pivot_table(index=["head_dim", "pass", "seq_len"], columns="impl", values="ms")
+    tf = dense.pivot_table(index=["head_dim", "pass", "seq_len"], columns="impl", values="tflops")
+    out = pd.DataFrame(index=ms.index)
+    if "ours" in ms:
+        out["ours TF/s"] = tf["ours"].round(0)
+        for a in ANCHORS:
+            if a in ms:
+                out[f"x{a}"] = (ms[a] / ms["ours"]).round(2)
+    return out.to_string()
+
+
+# ---------------------------------------------------------------------------------------------
+# the sweep
+# ---------------------------------------------------------------------------------------------
+def _flops(B, H, N, d, pass_name, causal, density=1.0) -> float:
+    return 4.0 * B * H * N * N * d * FLOP_FACTOR[pass_name] * (0.5 if causal else 1.0) * density
+
+
+def run(args) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("lra bench kernels: needs a CUDA GPU (the kernels' speed is only meaningful there); "
+              "torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    import kernels
+    from lra.provenance import collect
+
+    warnings.filterwarnings("ignore")
+    dtype = getattr(torch, DTYPES[args.dtype])
+    for n in args.seq_lens + args.sparse_seq_lens:
+        if n < 1 or args.tokens % n and n < args.tokens:
+            raise ValueError(f"sequence length {n} must divide --tokens {args.tokens} (or exceed it: then B = 1)")
+    for d in args.head_dims + args.sparse_head_dims + args.approx_head_dims:
+        if d < 1 or args.hidden % d:
+            raise ValueError(f"head dim {d} must divide --hidden {args.hidden}")
+    meta = collect()
+    meta["git_rev"] = os.environ.get("LRA_GIT_REV") or meta.get("git_rev")
+    meta["settings"] = {k: v for k, v in vars(args).items() if k != "func"}
+    meta["settings"]["cuda"] = torch.version.cuda
+    meta["settings"]["cudnn"] = torch.backends.cudnn.version()
+    if args.tiles:
+        from kernels.tiles import PassTiles, Tiles, set_gpu_table
+        tuned = json.loads(Path(args.tiles).read_text())
+        for d_pad, entry in tuned["results"].items():
+            best = entry["best"]
+            base = kernels.tiles.select(torch.device("cuda"), dtype, int(d_pad))
+            set_gpu_table(int(d_pad), Tiles(*(PassTiles(*best[k]) if k in best else getattr(base, k)
+                                              for k in ("fwd", "dkdv", "dq"))))
+        meta["tiles_from"] = args.tiles
+    meta["tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d).as_list() for d in (16, 32, 64, 128)}
+    report = Report(Path(args.out), args.name, meta, resume=args.resume)
+    started = time.perf_counter()
+    oom_from: dict[tuple, int] = {}  # (impl, pass, d, pattern) -> smallest N that ran out of memory
+    flex = Flex(args.flex_dynamic) if {"flex"} & set(args.impls) or "flex_sparse" in args.sparse_impls else None
+    cells_left = 0
+
+    def out_of_time() -> bool:
+        return args.time_budget is not None and time.perf_counter() - started > args.time_budget
+
+    def measure_cell(impl, forward_factory, B, H, N, d, pattern, density, flops_density, note=""):
+        nonlocal cells_left
+        for p in args.passes:
+            if out_of_time():
+                cells_left += 1
+                continue
+            row = dict(impl=impl, **{"pass": p}, seq_len=N, head_dim=d, batch=B, heads=H, dtype=args.dtype,
+                       pattern=pattern, density=density, ms=None, tflops=None, extra_mem_gb=None, note=note)
+            key = (impl, p, d, pattern)
+            if report.has(impl, p, N, d, pattern):
+                continue
+            if key in oom_from and N > oom_from[key]:
+                report.add(**row, status="oom", note=f"not run: out of memory at N={oom_from[key]}")
+                continue
+            try:
+                forward = forward_factory()
+                ms, extra = _measure(forward, (B, H, N, d), p, dtype, args.warmup, args.rep, seed=N * 131 + d)
+                tflops = _flops(B, H, N, d, p, args.causal, flops_density) / ms * 1e-9 if flops_density else None
+                report.add(**{**row, "ms": ms, "tflops": tflops, "extra_mem_gb": extra}, status="ok")
+            except Exception as err:  # noqa: BLE001 - every failure becomes a row, the sweep goes on
+                status, text = _classify(err)
+                if status == "oom":
+                    oom_from[key] = min(N, oom_from.get(key, N))
+                report.add(**{**row, "note": text}, status=status)
+            finally:
+                gc.collect()
+                torch.cuda.empty_cache()
+            r = report.rows[-1]
+            print(f"[{time.perf_counter() - started:7.1f}s] {impl:>15} {p:>7} N={N:>6} d={d:>3} {pattern:>9} "
+                  f"{r['status']:>11} {_fmt(r['ms'], 3):>9} ms {_fmt(r['tflops'], 1):>7} TF/s", flush=True)
+            report.flush()
+
+    # 1. dense
+    for d in args.head_dims:
+        H = args.hidden // d
+        for N in args.seq_lens:
+            B = max(1, args.tokens // N)
+            for impl in args.impls:
+                if impl == "ours":
+                    factory = lambda: (lambda q, k, v: kernels.flash_attention(q, k, v, causal=args.causal))  # noqa: E731
+                elif impl.startswith("sdpa"):
+                    factory = lambda impl=impl: _sdpa(impl, args.causal)  # noqa: E731
+                elif impl == "flex":
+                    factory = lambda N=N: flex.forward(_causal_block_mask(N, "cuda") if args.causal else None)  # noqa: E731
+                else:
+                    factory = lambda: _softmax(args.causal)  # noqa: E731
+                measure_cell(impl, factory, B, H, N, d, "dense", 1.0, 1.0)
+
+    # 2. block-sparse
+    layouts_wanted = [x for x in args.sparse_layouts if x != "none"]
+    for d in args.sparse_head_dims if layouts_wanted else []:
+        H = args.hidden // d
+        for N in args.sparse_seq_lens:
+            B = max(1, args.tokens // N)
+            nb = kernels.layouts.num_blocks(N, args.block_size)
+            for name in layouts_wanted:
+                if name == "bigbird":
+                    layout = kernels.layouts.bigbird(nb, seed=0, device="cuda")
+                elif name == "local":
+                    layout = kernels.layouts.local(nb, 3, device="cuda")
+                else:
+                    layout = kernels.layouts.butterfly(nb, device="cuda")
+                density = kernels.layouts.density(layout)
+                note = f"block {args.block_size}, {int(layout.sum())} of {nb * nb} blocks"
+                if "ours_sparse" in args.sparse_impls:
+                    compiled = kernels.BlockSparseLayout.from_dense(layout, args.block_size)
+                    measure_cell("ours_sparse", lambda compiled=compiled: (
+                        lambda q, k, v: kernels.block_sparse_flash_attention(
+                            q, k, v, compiled, block_size=args.block_size, causal=args.causal)),
+                        B, H, N, d, name, density, density, note)
+                if "flex_sparse" in args.sparse_impls:
+                    def flex_factory(layout=layout, N=N):
+                        if args.causal:
+                            raise Unsupported("flex_sparse with --causal is not wired (BlockMask has no causal mod)")
+                        return flex.forward(kernels.layouts.to_block_mask(layout, N, N, args.block_size))
+                    measure_cell("flex_sparse", flex_factory, B, H, N, d, name, density, density, note)
+
+    # 3. approximate baselines
+    approx_wanted = [x for x in args.approx if x != "none"]
+    registry = None
+    if approx_wanted:
+        try:
+            import lra.attention as registry
+        except ImportError as err:
+            meta["approx_skipped"] = f"lra.attention is not importable ({err}); approximate baselines skipped"
+            print(meta["approx_skipped"], flush=True)
+    for d in args.approx_head_dims if registry is not None else []:
+        H = args.hidden // d
+        for N in args.approx_seq_lens:
+            B = max(1, args.tokens // N)
+            for name in approx_wanted:
+                def approx_factory(name=name, H=H, d=d, N=N):
+                    module = registry.build(name, num_heads=H, head_dim=d, max_len=N).to(device="cuda", dtype=dtype)
+                    return lambda q, k, v: module(q, k, v)
+                measure_cell(f"approx:{name}", approx_factory, B, H, N, d, "approx", None, None,
+                             "approximate attention: no TFLOP/s")
+
+    if cells_left:
+        meta["incomplete"] = f"--time-budget {args.time_budget}s reached: {cells_left} (cell, pass) pairs not run"
+    meta["wall_s"] = round(time.perf_counter() - started, 1)
+    report.flush()
+    print()
+    print(summary_table(report.frame()))
+    print(f"\nwrote {report.csv}, {report.md}, {report.meta_path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lra.bench.kernels` — the same as `lra bench kernels`."""
+    parser = argparse.ArgumentParser(prog="lra bench kernels", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""`lra bench kernels` bookkeeping that runs without a GPU: arguments, FLOPs, Markdown, summary."""
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+import pytest
+
+from lra.bench import kernels as bench
+
+
+def _parser():
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser
+
+
+def test_arguments_parse_lengths_and_names():
+    args = _parser().parse_args(["--seq-lens", "1k,4096", "--impls", "ours,flex", "--passes", "fwd"])
+    assert args.seq_lens == [1024, 4096] and args.impls == ["ours", "flex"] and args.passes == ["fwd"]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--impls", "ours,nope"])
+
+
+def test_flops_follow_the_flashattention_convention():
+    assert bench._flops(2, 16, 1024, 64, "fwd", False) == 4 * 2 * 16 * 1024**2 * 64
+    assert bench._flops(2, 16, 1024, 64, "fwd_bwd", True, 0.5) == 4 * 2 * 16 * 1024**2 * 64 * 3.5 * 0.5 * 0.5
+
+
+def test_markdown_and_summary_show_speedups_and_failures():
+    rows = []
+    for impl, ms in (("ours", 1.0), ("sdpa_flash", 1.5), ("sdpa_cudnn", 0.8)):
+        rows.append(dict(impl=impl, **{"pass": "fwd"}, seq_len=4096, head_dim=64, batch=4, heads=32, dtype="bf16",
+                         pattern="dense", density=1.0, ms=ms, tflops=100 / ms, extra_mem_gb=0.1, status="ok", note=""))
+    rows.append(dict(impl="softmax", **{"pass": "fwd"}, seq_len=4096, head_dim=64, batch=4, heads=32, dtype="bf16",
+                     pattern="dense", density=1.0, ms=None, tflops=None, extra_mem_gb=None, status="oom", note="OOM"))
+    rows.append(dict(impl="ours_sparse", **{"pass": "fwd"}, seq_len=4096, head_dim=64, batch=4, heads=32,
+                     dtype="bf16", pattern="bigbird", density=0.25, ms=0.3, tflops=80, extra_mem_gb=0.1, status="ok",
+                     note=""))
+    df = pd.DataFrame(rows, columns=bench.COLUMNS)
+    md = bench.render_markdown(df, {"device": "TestGPU", "settings": {"dtype": "bf16"}})
+    assert "1.50x" in md and "0.80x" in md and "oom" in md and "| bigbird | 4K | 64 | fwd | 0.250 |" in md
+    assert "0.300" in md and "sparse/dense" in md
+    summary = bench.summary_table(df)
+    assert "xsdpa_flash" in summary and "1.5" in summary
+
+
+def test_run_without_cuda_says_why(capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the benchmark would really run")
+    assert bench.run(_parser().parse_args([])) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

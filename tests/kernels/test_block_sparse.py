@@ -1,0 +1,115 @@
+"""Block-sparse FlashAttention against dense masked attention (float64 reference)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_helpers import DEVICE, TOL, check_against_reference, make_qkv
+from kernel_reference import expand_layout, rel_err
+
+from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention, layouts
+from kernels.block_sparse import compile_layout
+from kernels.tiles import PassTiles, Tiles, override
+
+
+def random_layout(shape, density, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g) < density).to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_random_shared_layout_with_empty_rows_ragged_n(dtype):
+    n, bs = 130, 32  # 5 blocks, the last one partial
+    layout = random_layout((5, 5), 0.5, seed=1)
+    layout[2] = False  # query block 2 sees nothing: zeros, zero gradient
+    layout[0, 4] = True  # the ragged last key block
+    q, k, v = make_qkv(1, 2, n, n, 32, dtype, seed=21)
+    out = check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs,
+                                  ref_kwargs=dict(allowed=expand_layout(layout, bs, n, n)))
+    assert torch.all(out[:, :, 64:96] == 0) and torch.all(q.grad[:, :, 64:96] == 0)
+
+
+def test_per_head_layout_causal_padding_unequal_lengths():
+    n_q, n_k, bs = 70, 100, 32
+    layout = random_layout((3, 3, 4), 0.6, seed=2)
+    q, k, v = make_qkv(2, 3, n_q, n_k, 24, torch.float16, seed=22)
+    mask = torch.zeros(2, n_k, dtype=torch.bool, device=DEVICE)
+    mask[0, 90:] = True
+    mask[1, :10] = True
+    check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs, causal=True,
+                            key_padding_mask=mask,
+                            ref_kwargs=dict(allowed=expand_layout(layout, bs, n_q, n_k), causal=True,
+                                            key_padding_mask=mask))
+
+
+@pytest.mark.parametrize("block_size", [64, 128])
+def test_layout_blocks_larger_than_tiles(block_size):
+    """CPU tiles are 64 wide: a 128 block spans 2 x 2 tiles, a 64 block exactly one."""
+    n = 300
+    nb = -(-n // block_size)
+    layout = random_layout((nb, nb), 0.5, seed=block_size)
+    layout[-1, -1] = True
+    q, k, v = make_qkv(1, 2, n, n, 16, torch.float32, seed=23)
+    check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=block_size, causal=True,
+                            ref_kwargs=dict(allowed=expand_layout(layout, block_size, n, n), causal=True))
+
+
+def test_small_tiles_inside_blocks():
+    tiles = Tiles(PassTiles(32, 16), PassTiles(16, 32), PassTiles(16, 16))
+    n, bs = 150, 32
+    layout = random_layout((2, 5, 5), 0.4, seed=3)
+    q, k, v = make_qkv(1, 2, n, n, 16, torch.float32, seed=24)
+    with override(tiles):
+        check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs, causal=True,
+                                ref_kwargs=dict(allowed=expand_layout(layout, bs, n, n), causal=True))
+
+
+def test_full_layout_equals_dense_kernel():
+    q, k, v = make_qkv(1, 2, 100, 100, 32, torch.float32, seed=25, requires_grad=False)
+    layout = torch.ones(4, 4, dtype=torch.bool, device=DEVICE)
+    sparse = block_sparse_flash_attention(q, k, v, layout, block_size=32, causal=True)
+    dense = flash_attention(q, k, v, causal=True)
+    assert rel_err(sparse, dense) < 1e-6
+
+
+def test_builder_layout_bigbird():
+    n, bs = 256, 32
+    layout = layouts.bigbird(n // bs, seed=0, device=DEVICE)
+    q, k, v = make_qkv(1, 1, n, n, 16, torch.bfloat16, seed=26)
+    check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs,
+                            ref_kwargs=dict(allowed=expand_layout(layout, bs, n, n)))
+
+
+def test_compressed_layout_is_built_once_and_reused():
+    n, bs = 96, 32
+    layout = random_layout((3, 3), 0.5, seed=4)
+    layout[:, 0] = True
+    compiled = BlockSparseLayout.from_dense(layout, block_size=bs)
+    q, k, v = make_qkv(1, 1, n, n, 16, torch.float32, requires_grad=False)
+    a = block_sparse_flash_attention(q, k, v, compiled, block_size=bs)
+    b = block_sparse_flash_attention(q, k, v, compiled, block_size=bs)  # second layer, same plans
+    assert torch.equal(a, b) and len(compiled._plans) == 1
+    block_sparse_flash_attention(q, k, v, compiled, block_size=bs, causal=True)
+    assert len(compiled._plans) == 2
+    # a bool layout passed directly is compressed once, and again after an in-place change
+    assert compile_layout(layout, bs) is compile_layout(layout, bs)
+    first = compile_layout(layout, bs)
+    layout[1, 1] = ~layout[1, 1]
+    assert compile_layout(layout, bs) is not first
+    out = block_sparse_flash_attention(q, k, v, layout, block_size=bs)
+    ref = flash_attention(q, k, v)  # sanity: differs from dense since blocks are skipped
+    assert not torch.allclose(out, ref)
+
+
+def test_plans_visit_only_allowed_tiles():
+    """Skipped blocks cost nothing: each index list holds exactly the tiles to compute."""
+    layout = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool, device=DEVICE)
+    compiled = BlockSparseLayout.from_dense(layout, 32)
+    tiles = Tiles(PassTiles(32, 32), PassTiles(32, 32), PassTiles(32, 32))
+    fwd_idx, fwd_cnt, t_idx, t_cnt, _, _ = compiled.plans(128, 128, False, tiles)
+    assert fwd_cnt[0, :, 1].tolist() == [2, 1, 0, 4] and fwd_cnt[0, :, 0].tolist() == [2, 1, 0, 4]
+    assert fwd_idx[0, 0, :2].tolist() == [0, 3]
+    assert t_cnt[0, :, 1].tolist() == [2, 2, 1, 2] and t_idx[0, 3, :2].tolist() == [0, 3]
+    # causal on the 4 x 4 tile grid: tiles above the diagonal vanish, the diagonal is partial
+    fwd_idx, fwd_cnt, *_ = compiled.plans(128, 128, True, tiles)
+    assert fwd_cnt[0, :, 1].tolist() == [1, 1, 0, 4] and fwd_cnt[0, :, 0].tolist() == [0, 0, 0, 3]
+    assert fwd_idx[0, 3].tolist() == [0, 1, 2, 3]  # full tiles first, then the diagonal one

@@ -1,0 +1,90 @@
+"""Bad input: one clear ValueError/TypeError naming the problem, raised before any kernel launch."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention
+
+
+def _qkv(n_q=8, n_k=8, d=16, dtype=torch.float32, batch=1, heads=2):
+    return (torch.randn(batch, heads, n_q, d, dtype=dtype), torch.randn(batch, heads, n_k, d, dtype=dtype),
+            torch.randn(batch, heads, n_k, d, dtype=dtype))
+
+
+@pytest.fixture(autouse=True)
+def no_kernel_launch(monkeypatch):
+    """Every case here must fail in validation: a launch would be a test failure."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a kernel was launched for bad input")
+    monkeypatch.setattr(torch.ops.lra_kernels, "flash_fwd", forbidden)
+
+
+q, k, v = _qkv()
+CASES = [
+    (dict(q=q.numpy()), TypeError, "q must be a torch.Tensor"),
+    (dict(q=q[0]), ValueError, "q must have 4 dims"),
+    (dict(k=k[:, :, :, None]), ValueError, "k must have 4 dims"),
+    (dict(q=q.to(torch.int32)), TypeError, "dtype torch.int32"),
+    (dict(q=q.double(), k=k.double(), v=v.double()), TypeError, "float64"),
+    (dict(k=k.half()), TypeError, "share one dtype"),
+    (dict(v=v.to("meta")), ValueError, "one device"),
+    (dict(v=v[:, :, :4]), ValueError, "k and v must have the same shape"),
+    (dict(k=_qkv(batch=2)[1], v=_qkv(batch=2)[2]), ValueError, "batch or heads"),
+    (dict(k=_qkv(d=32)[1], v=_qkv(d=32)[2]), ValueError, "head_dim 16 but k/v have head_dim 32"),
+    (dict(zip("qkv", _qkv(d=129))), ValueError, "head_dim 129 is not supported"),
+    (dict(zip("qkv", _qkv(n_q=0))), ValueError, "empty input"),
+    (dict(key_padding_mask=torch.zeros(1, 8)), TypeError, "key_padding_mask must have dtype torch.bool"),
+    (dict(key_padding_mask=torch.zeros(8, dtype=torch.bool)), ValueError, "key_padding_mask must have shape"),
+    (dict(key_padding_mask=torch.zeros(1, 8, dtype=torch.bool, device="meta")), ValueError, "key_padding_mask is on"),
+    (dict(key_padding_mask=[[False] * 8]), TypeError, "key_padding_mask must be a bool tensor"),
+    (dict(dropout_p=1.0), ValueError, "dropout_p must be in [0, 1)"),
+    (dict(dropout_p=-0.1), ValueError, "dropout_p must be in [0, 1)"),
+    (dict(dropout_p="0.1"), TypeError, "dropout_p must be a float"),
+    (dict(softmax_scale=0.0), ValueError, "softmax_scale must be a finite positive"),
+    (dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be a finite positive"),
+    (dict(causal=1), TypeError, "causal must be a bool"),
+]
+
+
+@pytest.mark.parametrize("fn", ["dense", "sparse"])
+@pytest.mark.parametrize("change,error,message", CASES, ids=[c[2][:30] for c in CASES])
+def test_bad_input(fn, change, error, message):
+    args = dict(q=q, k=k, v=v)
+    args.update(change)
+    tensors = [args.pop(n) for n in "qkv"]
+    with pytest.raises(error) as info:
+        if fn == "dense":
+            flash_attention(*tensors, **args)
+        else:
+            block_sparse_flash_attention(*tensors, torch.ones(1, 1, dtype=torch.bool), block_size=32, **args)
+    assert message in str(info.value)
+
+
+LAYOUT_CASES = [
+    (torch.ones(1, 1), 32, TypeError, "torch.bool"),
+    ([[True]], 32, TypeError, "layout must be"),
+    (torch.ones(2, 1, dtype=torch.bool), 32, ValueError, "blocks"),
+    (torch.ones(1, 1, 1, 1, dtype=torch.bool), 32, ValueError, "dims"),
+    (torch.ones(3, 1, 1, dtype=torch.bool), 32, ValueError, "heads"),
+    (torch.ones(1, 1, dtype=torch.bool, device="meta"), 32, ValueError, "layout is on"),
+    (torch.ones(1, 1, dtype=torch.bool), 48, ValueError, "block_size must be one of"),
+    (torch.ones(1, 1, dtype=torch.bool), 32.0, TypeError, "block_size must be an int"),
+    (BlockSparseLayout.from_dense(torch.ones(1, 1, dtype=torch.bool), 64), 32, ValueError, "built for block_size=64"),
+    (BlockSparseLayout.from_dense(torch.ones(2, 2, dtype=torch.bool), 32), 32, ValueError, "blocks"),
+]
+
+
+@pytest.mark.parametrize("layout,block_size,error,message", LAYOUT_CASES, ids=[c[3][:25] for c in LAYOUT_CASES])
+def test_bad_layout(layout, block_size, error, message):
+    with pytest.raises(error) as info:
+        block_sparse_flash_attention(q, k, v, layout, block_size=block_size)
+    assert message in str(info.value)
+
+
+def test_dropout_helper_validates():
+    with pytest.raises(ValueError, match="dropout_p"):
+        kernels.dropout_keep_mask(q, k, 1.5)
+    with pytest.raises(TypeError, match="seed"):
+        kernels.dropout_keep_mask(q, k, 0.5, seed=3)
