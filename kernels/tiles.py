@@ -12,7 +12,8 @@ FlashAttention-2 shape (128 query rows per program, 64-key tiles), the dK/dV pas
 tile (128) resident and streams narrow query tiles (32), the dQ pass the other way round.
 
 Without CUDA the kernels run in Triton's interpreter, where every tile operation is a NumPy call:
-big tiles mean fewer calls, so the CPU uses 64 x 64 everywhere.
+big tiles mean fewer calls, so the CPU uses 128 x 128 everywhere (measured: B8 H2 N256 d16 fwd+bwd
+1.9 s at 128, 5.0 s at 64, 3.2 s at 256).
 
 Block-sparse attention clamps every tile side to ``block_size`` (all are powers of two, so the
 tile divides the layout block and a layout block is a whole number of tiles).
@@ -82,7 +83,7 @@ _GPU_FP32: dict[int, Tiles] = {
     64: Tiles(PassTiles(64, 64, 4, 2), PassTiles(32, 64, 4, 2), PassTiles(64, 32, 4, 2)),
     128: Tiles(PassTiles(64, 32, 4, 2), PassTiles(32, 64, 8, 1), PassTiles(64, 32, 8, 1)),
 }
-_CPU = Tiles(PassTiles(64, 64, 1, 1), PassTiles(64, 64, 1, 1), PassTiles(64, 64, 1, 1))
+_CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
 
 _override: list[Tiles] = []
 
