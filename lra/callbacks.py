@@ -1,0 +1,195 @@
+"""Lightning callbacks of a training run: throughput / memory / timing statistics, and validation
+after the final step.
+
+`TrainingStats` measures what a run record reports:
+- training throughput in samples/s and tokens/s and the mean step time, over the training steps
+  after the first `warmup_steps` of each (re)start (compilation, autotuning, cache warm-up) and
+  excluding the time spent in validation; data loading is included, as it is part of a step;
+- peak GPU memory (`torch.cuda.max_memory_allocated`, GiB);
+- wall-clock training time, the validation-accuracy curve [{step, wall_s, val_acc}] and the time
+  to the best validation accuracy, all on a clock that continues across `--resume`.
+Its state is saved in checkpoints, so a resumed run reports the whole run, not the last part.
+Tokens are counted as the positions the model processes (B x N, both documents for retrieval),
+padding included, because that is what the compute scales with.
+"""
+from __future__ import annotations
+
+import time
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.utilities.rank_zero import rank_zero_info
+
+GIB = 2**30
+
+
+def _sync(trainer: pl.Trainer) -> None:
+    if trainer.strategy.root_device.type == "cuda":
+        torch.cuda.synchronize(trainer.strategy.root_device)
+
+
+class TrainingStats(pl.Callback):
+    """Throughput, step time, peak memory, wall time, val-accuracy curve, time to best."""
+
+    def __init__(self, *, warmup_steps: int = 10, monitor: str = "val/acc", verbose: bool = False):
+        super().__init__()
+        self.warmup_steps = warmup_steps
+        self.monitor = monitor
+        self.verbose = verbose
+        # Persistent state (checkpointed).
+        self.elapsed_before = 0.0      # wall seconds of earlier sessions of this run
+        self.train_time_s = 0.0        # measured training time (warm-up and validation excluded)
+        self.measured_batches = 0
+        self.measured_samples = 0
+        self.measured_tokens = 0
+        self.curve: list[dict] = []
+        self.best_val_acc: float | None = None
+        self.best_step: int | None = None
+        self.time_to_best_s: float | None = None
+        self.peak_mem_bytes: int | None = None
+        # Per-session state.
+        self._t0: float | None = None
+        self._mark: float | None = None
+        self._session_batches = 0
+        self._batch_samples = 0
+        self._batch_tokens = 0
+        self._accumulate = 1
+
+    # ---- clock ------------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        if self._t0 is None:
+            return self.elapsed_before
+        return self.elapsed_before + time.perf_counter() - self._t0
+
+    def _close_interval(self, trainer: pl.Trainer) -> None:
+        if self._mark is not None:
+            _sync(trainer)
+            self.train_time_s += time.perf_counter() - self._mark
+            self._mark = None
+
+    # ---- hooks --------------------------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module):
+        self._t0 = time.perf_counter()
+        self._session_batches = 0
+        self._accumulate = max(1, int(trainer.accumulate_grad_batches))
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        ids = batch["input_ids"]
+        self._batch_samples = int(ids.shape[0]) * trainer.world_size
+        self._batch_tokens = int(ids.numel()) * trainer.world_size
+        measuring = self._session_batches >= self.warmup_steps * self._accumulate
+        if measuring and self._mark is None:
+            _sync(trainer)
+            self._mark = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self._mark is not None:
+            self.measured_batches += 1
+            self.measured_samples += self._batch_samples
+            self.measured_tokens += self._batch_tokens
+        self._session_batches += 1
+
+    def on_validation_start(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self._close_interval(trainer)
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None:
+            return
+        val_acc = float(value)
+        step, wall = int(trainer.global_step), self.elapsed()
+        self.curve.append({"step": step, "wall_s": round(wall, 3), "val_acc": val_acc})
+        if self.best_val_acc is None or val_acc > self.best_val_acc:
+            self.best_val_acc, self.best_step, self.time_to_best_s = val_acc, step, wall
+        self._update_peak(trainer)
+        if self.verbose:
+            rank_zero_info(f"step {step}/{trainer.max_steps}  val_acc {val_acc:.4f}  "
+                           f"best {self.best_val_acc:.4f} (step {self.best_step})  {wall:.1f}s")
+
+    def on_train_end(self, trainer, pl_module):
+        self._close_interval(trainer)
+        self._update_peak(trainer)
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._close_interval(trainer)
+        self._update_peak(trainer)
+
+    def _update_peak(self, trainer: pl.Trainer) -> None:
+        if trainer.strategy.root_device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(trainer.strategy.root_device)
+            self.peak_mem_bytes = max(self.peak_mem_bytes or 0, peak)
+
+    # ---- results ------------------------------------------------------------------------------------
+    def summary(self) -> dict:
+        steps = self.measured_batches / self._accumulate
+        return {
+            "best_val_acc": self.best_val_acc,
+            "best_step": self.best_step,
+            "time_to_best_s": self.time_to_best_s,
+            "val_acc_curve": list(self.curve),
+            "wall_time_s": self.elapsed(),
+            "measured_steps": steps,
+            "step_time_ms": 1000.0 * self.train_time_s / steps if steps else None,
+            "train_samples_per_s": self.measured_samples / self.train_time_s if self.train_time_s else None,
+            "train_tokens_per_s": self.measured_tokens / self.train_time_s if self.train_time_s else None,
+            "peak_mem_gb": self.peak_mem_bytes / GIB if self.peak_mem_bytes is not None else None,
+        }
+
+    # ---- checkpointing --------------------------------------------------------------------------------
+    _STATE = ("train_time_s", "measured_batches", "measured_samples", "measured_tokens", "curve",
+              "best_val_acc", "best_step", "time_to_best_s", "peak_mem_bytes")
+
+    def state_dict(self) -> dict:
+        state = {key: getattr(self, key) for key in self._STATE}
+        state["elapsed_s"] = self.elapsed()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        for key in self._STATE:
+            if key in state_dict:
+                setattr(self, key, state_dict[key])
+        self.elapsed_before = float(state_dict.get("elapsed_s", 0.0))
+        self.curve = list(self.curve)
+
+
+class ValidateAtEnd(pl.Callback):
+    """Validate after the last step even when `max_steps` is not a multiple of the val interval.
+
+    Setting `trainer.should_stop` on the final step is Lightning's documented early-stop signal,
+    and the loop validates before it stops, so the final model is always evaluated (and can be
+    the best checkpoint that the test uses).
+    """
+
+    def __init__(self, val_check_interval: int):
+        super().__init__()
+        self.val_check_interval = val_check_interval
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if trainer.max_steps > 0 and step >= trainer.max_steps and step % self.val_check_interval:
+            trainer.should_stop = True
+
+
+class SaveOnInterrupt(pl.Callback):
+    """On an exception during training (Ctrl-C, a crash), save `last.ckpt` at the current step so
+    `--resume` repeats no finished step. Single-process runs only: in DDP the other ranks may not
+    reach the save's barrier; there the checkpoint of the last validation remains."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_exception(self, trainer, pl_module, exception):
+        if trainer.world_size != 1 or not trainer.training or trainer.sanity_checking:
+            return
+        if trainer.global_step <= 0:
+            return
+        try:
+            trainer.save_checkpoint(self.path, weights_only=False)
+        except Exception as err:  # noqa: BLE001 - never hide the original exception
+            rank_zero_info(f"could not save an interrupt checkpoint: {err}")

@@ -1,0 +1,139 @@
+"""`lra sweep`: a grid of `lra train` runs (tasks x seq lens x attentions x seeds)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from lra.commands.train import add_run_arguments, attention_options_from_args
+
+EPILOG = """\
+examples:
+  lra sweep --preset smoke --tasks listops pathfinder32 --attentions flash softmax performer --seeds 0
+  lra sweep --tasks listops --attentions flash softmax --seeds 0 1 2 --parallel 4      # 4 GPUs
+  lra sweep --tasks pathx --attentions flash --launcher slurm --slurm-gpus-per-node 4 --slurm-partition gpu
+
+Runs whose completed result.json exists are skipped; interrupted runs resume from last.ckpt;
+failed and OOM runs are recorded and retried on the next sweep (unless --skip-failed).
+exit status: 0 every run completed (or was skipped), 1 some run failed or ran out of memory,
+2 bad input (nothing was run).
+"""
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("sweep", help="run a grid of trainings (skips finished runs)",
+                            description="Expand a grid of runs, print the plan, skip completed "
+                                        "runs and train the rest, locally or on SLURM.",
+                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", required=True, metavar="TASK")
+    parser.add_argument("--attentions", nargs="+", required=True, metavar="ATTENTION")
+    parser.add_argument("--seq-lens", nargs="+", type=int, default=None, metavar="N",
+                        help="sequence lengths (default: each preset's)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument("--skip-failed", action="store_true",
+                        help="do not retry runs whose record says failed or oom")
+    parser.add_argument("--parallel", type=int, default=1, metavar="K",
+                        help="local launcher: K runs at once, each pinned to its own GPU")
+    parser.add_argument("--gpus", default=None,
+                        help="GPU indices for --parallel, e.g. 0,1,2,3 (default: all visible GPUs)")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local")
+    slurm = parser.add_argument_group("SLURM (--launcher slurm)")
+    slurm.add_argument("--slurm-backend", choices=("auto", "submitit", "sbatch"), default="auto",
+                       help="submitit when installed (pip install 'lra[slurm]'), else sbatch scripts")
+    slurm.add_argument("--slurm-partition", default=None)
+    slurm.add_argument("--slurm-account", default=None)
+    slurm.add_argument("--slurm-time", type=int, default=240, metavar="MINUTES", help="time limit per run")
+    slurm.add_argument("--slurm-gpus-per-node", type=int, default=1,
+                       help="GPUs (= DDP processes) per node for each run")
+    slurm.add_argument("--slurm-cpus-per-task", type=int, default=8)
+    slurm.add_argument("--slurm-mem-gb", type=int, default=None)
+    slurm.add_argument("--slurm-setup", action="append", default=[], metavar="LINE",
+                       help="shell line to run in the job before training (repeatable), "
+                            "e.g. 'source .venv/bin/activate'")
+    slurm.add_argument("--no-submit", action="store_true",
+                       help="write the job scripts / show the submissions without submitting")
+    add_run_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _gpu_list(args) -> list[str] | None:
+    if args.gpus is not None:
+        gpus = [g.strip() for g in str(args.gpus).split(",") if g.strip()]
+        if not gpus:
+            raise ValueError(f"--gpus: expected indices like 0,1; got {args.gpus!r}")
+        return gpus
+    import torch
+
+    if torch.cuda.is_available():
+        return [str(i) for i in range(torch.cuda.device_count())]
+    return None  # CPU: nothing to pin
+
+
+def run(args: argparse.Namespace) -> int:
+    from lra.sweep import (SlurmOptions, SweepSpec, describe_outcome, format_plan, plan_sweep,
+                           record_invalid, run_local, run_slurm)
+
+    spec = SweepSpec(tasks=args.tasks, attentions=args.attentions,
+                     seq_lens=args.seq_lens or [None], seeds=args.seeds, preset=args.preset,
+                     overrides=list(args.overrides), attention_options=attention_options_from_args(args),
+                     runs_dir=args.runs_dir, data_dir=args.data_dir, devices=args.devices,
+                     num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile,
+                     skip_failed=args.skip_failed)
+    if args.parallel < 1:
+        raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
+    plan = plan_sweep(spec)
+    print(format_plan(plan), flush=True)
+    if args.dry_run:
+        return 0
+    record_invalid(plan)
+    pending = [r for r in plan if r.state in ("new", "resume", "retry")]
+
+    if args.launcher == "slurm":
+        opts = SlurmOptions(partition=args.slurm_partition, account=args.slurm_account,
+                            time_min=args.slurm_time, gpus_per_node=args.slurm_gpus_per_node,
+                            cpus_per_task=args.slurm_cpus_per_task, mem_gb=args.slurm_mem_gb,
+                            setup=list(args.slurm_setup), backend=args.slurm_backend,
+                            submit=not args.no_submit)
+        run_slurm(plan, spec, opts)
+        return 0
+
+    gpus = _gpu_list(args)
+    if gpus is not None and args.parallel > len(gpus):
+        raise ValueError(f"--parallel {args.parallel} needs {args.parallel} GPUs; visible: {','.join(gpus)}")
+    start = time.perf_counter()
+    outcomes = _run_with_progress(plan, spec, pending, args.parallel, gpus, run_local, describe_outcome)
+    invalid = sum(r.state == "invalid" for r in plan)
+    done = sum(r.state == "done" for r in plan)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("completed", "failed", "oom")}
+    print(f"sweep finished in {time.perf_counter() - start:.0f}s: {counts['completed']} completed, "
+          f"{counts['failed']} failed, {counts['oom']} oom, {done} already done, {invalid} invalid "
+          f"(recorded as failed). Records: {spec.runs_dir}/<task>/<attention>/<run-id>/result.json — "
+          f"`lra table` summarises them.")
+    return 0 if counts["failed"] + counts["oom"] + invalid == 0 else 1
+
+
+def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_outcome):
+    if not pending:
+        return []
+    interactive = sys.stdout.isatty()
+    if not interactive:
+        finished = [0]
+
+        def on_done(outcome):
+            finished[0] += 1
+            print(f"[{finished[0]}/{len(pending)}] {describe_outcome(outcome)}", flush=True)
+
+        return run_local(plan, spec, parallel=parallel, gpus=gpus, on_done=on_done)
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}")) as progress:
+        bar = progress.add_task("", total=len(pending))
+
+        def on_done(outcome):
+            progress.console.print(describe_outcome(outcome))
+            progress.update(bar, advance=1, description=outcome.run.label)
+
+        return run_local(plan, spec, parallel=parallel, gpus=gpus, on_done=on_done)

@@ -1,0 +1,128 @@
+"""`lra train`: one training run of one task x attention x sequence length x seed."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """\
+overrides are `section.key=value` pairs, e.g.
+  model.dim=128 model.depth=4 optim.lr=3e-4 optim.schedule=cosine train.max_steps=2000
+  train.batch_size=16 train.val_check_interval=100 data.limit_train=5000 attention.nb_features=64
+attention options can also be given as --attention.<option> VALUE (see `lra info`).
+
+exit status: 0 completed, 1 the run failed or ran out of memory (its result.json says why),
+2 bad input (nothing was run).
+"""
+
+
+def _attention_option_names() -> dict[str, list[str]]:
+    """{option: [attentions that take it]} for the --attention.<option> flags."""
+    try:
+        from lra import attention
+    except Exception:  # noqa: BLE001 - a broken registry must not break `lra --help`
+        return {}
+    out: dict[str, list[str]] = {}
+    for name, options in attention.available().items():
+        for option in options:
+            out.setdefault(option, []).append(name)
+    return out
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments shared by `lra train` and `lra sweep`."""
+    parser.add_argument("--preset", default="paper",
+                        help="preset section of lra/presets/<task>.yaml: paper (the published setting), "
+                             "smoke (tiny, CPU seconds), ... (default: paper)")
+    parser.add_argument("--runs-dir", default="runs", help="root of the run folders (default: runs)")
+    parser.add_argument("--data-dir", default=None, help="data root (default: $LRA_DATA, else ./data)")
+    parser.add_argument("--devices", default=None,
+                        help="Lightning devices per node: a count, indices like 0,1, or auto")
+    parser.add_argument("--num-nodes", type=int, default=None, help="nodes for multi-node DDP")
+    parser.add_argument("--strategy", default=None, help="Lightning strategy, e.g. ddp (default: auto)")
+    parser.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the model (default: on with CUDA, off on CPU)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="config overrides, e.g. model.dim=128 optim.lr=3e-4 attention.nb_features=64")
+    for option, users in sorted(_attention_option_names().items()):
+        parser.add_argument(f"--attention.{option}", dest=f"attention_option__{option}", default=None,
+                            metavar="VALUE", help=f"attention option ({', '.join(users)})")
+
+
+def attention_options_from_args(args: argparse.Namespace) -> dict:
+    prefix = "attention_option__"
+    return {key[len(prefix):]: value for key, value in vars(args).items()
+            if key.startswith(prefix) and value is not None}
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "train", help="train and evaluate one model (writes runs/<task>/<attention>/<run-id>/)",
+        description="Train one LRA model, test it on its best validation checkpoint and write "
+                    "runs/<task>/<attention>/<run-id>/result.json.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", required=True, help="LRA task, e.g. listops, text, retrieval, image, "
+                                                      "pathfinder32, pathfinder64, pathx, path256")
+    parser.add_argument("--attention", required=True,
+                        help="attention from the registry, e.g. flash, flash_sparse, softmax, sdpa, "
+                             "performer, linformer, bigbird")
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the run's last.ckpt (a completed run is left as it is)")
+    parser.add_argument("--force", action="store_true", help="train again even if the run exists")
+    parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="rich progress bar (default: when the terminal is interactive)")
+    add_run_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace, *, task: str, attention: str, seed: int,
+                     seq_len: int | None):
+    from lra.config import resolve
+
+    check_names(task, attention)
+    return resolve(task, attention, preset=args.preset, seed=seed, seq_len=seq_len,
+                   overrides=args.overrides, attention_options=attention_options_from_args(args),
+                   runs_dir=args.runs_dir, data_dir=args.data_dir, devices=args.devices,
+                   num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile)
+
+
+def check_names(task: str, attention: str) -> None:
+    import tasks
+    from lra import attention as registry
+
+    if task not in tasks.TASKS:
+        raise ValueError(f"unknown task {task!r}; available: {', '.join(tasks.TASKS)}")
+    if attention not in registry.available():
+        raise ValueError(f"unknown attention {attention!r}; available: {', '.join(registry.available())}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lra.train import RunFailed, is_global_zero, train
+
+    config = config_from_args(args, task=args.task, attention=args.attention, seed=args.seed,
+                              seq_len=args.seq_len)
+    try:
+        record = train(config, resume=args.resume, force=args.force, progress_bar=args.progress)
+    except RunFailed as failure:
+        print(failure.traceback, file=sys.stderr)
+        print(f"lra train: run {failure.status}: {failure.error}\n  record: {failure.record_path}",
+              file=sys.stderr)
+        return 1
+    if is_global_zero():  # under DDP every rank runs this command; one summary is enough
+        _print_summary(record, config)
+    return 0
+
+
+def _fmt(value, pattern: str, missing: str = "-") -> str:
+    return pattern.format(value) if isinstance(value, (int, float)) else missing
+
+
+def _print_summary(record: dict, config) -> None:
+    print(f"{record['task']}/{record['attention']} {record['run_id']}: {record['status']}  "
+          f"best val {_fmt(record.get('best_val_acc'), '{:.2%}')}  test {_fmt(record.get('test_acc'), '{:.2%}')}  "
+          f"{record.get('steps')} steps in {_fmt(record.get('wall_time_s'), '{:.1f}s')}  "
+          f"{_fmt(record.get('step_time_ms'), '{:.1f} ms/step')}  "
+          f"{_fmt(record.get('train_tokens_per_s'), '{:,.0f} tokens/s')}  "
+          f"peak {_fmt(record.get('peak_mem_gb'), '{:.2f} GiB', 'n/a (CPU)')}")
+    print(f"  record: {config.run_dir() / 'result.json'}")

@@ -1,0 +1,141 @@
+"""The LightningModule of an LRA run: model, loss, accuracy metrics, AdamW + per-step schedule.
+
+The checkpoint's hyper-parameters are the resolved run config (`config`, a dict of `RunConfig`)
+and the data spec (`data_spec`: vocab size, classes, length, dual, image shape), so
+`LraModule.load_from_checkpoint(path)` rebuilds the exact model without the data.
+"""
+from __future__ import annotations
+
+import math
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from lra.config import RunConfig
+from lra.model import DataSpec, build_model, count_parameters
+
+
+def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str,
+              min_lr_ratio: float = 0.0) -> float:
+    """Multiplier of the peak lr for optimizer step `step` (0-based).
+
+    Linear warm-up from lr/warmup_steps to lr over `warmup_steps` steps, then `linear` or `cosine`
+    decay to `min_lr_ratio * lr` at `total_steps` (or `constant`).
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, max(0.0, (step - warmup_steps) / span))
+    if schedule == "linear":
+        shape = 1.0 - progress
+    elif schedule == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        raise ValueError(f"unknown lr schedule {schedule!r}; use linear, cosine or constant")
+    return min_lr_ratio + (1.0 - min_lr_ratio) * shape
+
+
+def split_weight_decay(model: nn.Module) -> tuple[list, list]:
+    """Weight matrices of Linear layers decay; biases, norms, embeddings and positions do not."""
+    decay_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if id(p) in decay_ids else no_decay).append(p)
+    return decay, no_decay
+
+
+class LraModule(pl.LightningModule):
+    def __init__(self, config: dict, data_spec: dict, compile_model: bool = False,
+                 attention_factory=None):
+        super().__init__()
+        self.save_hyperparameters(ignore=["compile_model", "attention_factory"])
+        self.run_config = RunConfig.from_dict(config)
+        self.spec = DataSpec.from_dict(data_spec)
+        self.compile_model = compile_model
+        cfg = self.run_config
+        self.model = build_model(cfg.model, self.spec, attention=cfg.attention,
+                                 attention_options=cfg.attention_options, seed=cfg.seed,
+                                 attention_factory=attention_factory)
+        n = self.spec.num_classes
+        self.train_acc = MulticlassAccuracy(num_classes=n, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes=n, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes=n, average="micro")
+
+    @property
+    def num_params(self) -> int:
+        return count_parameters(self.model)
+
+    def configure_model(self) -> None:
+        # nn.Module.compile compiles the call in place: parameter names (and checkpoints) stay as
+        # they are, unlike a wrapping `torch.compile(model)`.
+        if self.compile_model and not getattr(self.model, "_compiled_call_impl", None):
+            self.model.compile()
+
+    def forward(self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model(input_ids, padding_mask)
+
+    def _shared_step(self, batch: dict, metric: MulticlassAccuracy, stage: str) -> torch.Tensor:
+        labels = batch["label"]
+        logits = self.model(batch["input_ids"], batch.get("padding_mask"))
+        loss = F.cross_entropy(logits.float(), labels)
+        on_step = stage == "train"
+        if on_step:
+            metric(logits.detach(), labels)  # forward: this batch's accuracy, logged per step
+        else:
+            metric.update(logits.detach(), labels)  # accumulated over the split, logged at its end
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=not on_step, prog_bar=True,
+                 batch_size=labels.shape[0], sync_dist=not on_step)
+        self.log(f"{stage}/acc", metric, on_step=on_step, on_epoch=not on_step, prog_bar=stage != "train",
+                 batch_size=labels.shape[0])
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._shared_step(batch, self.train_acc, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._shared_step(batch, self.val_acc, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._shared_step(batch, self.test_acc, "test")
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        if not gradient_clip_val:
+            return
+        if getattr(self.trainer.precision_plugin, "scaler", None) is None:
+            # No loss scaling (fp32, bf16-mixed): gradients are final here, so clipping is correct
+            # for any optimizer, the fused AdamW included (Lightning's own check refuses fused
+            # optimizers under every mixed precision, bf16 included).
+            torch.nn.utils.clip_grad_norm_(self.parameters(), gradient_clip_val)
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def configure_optimizers(self):
+        o = self.run_config.optim
+        if o.weight_decay > 0:
+            decay, no_decay = split_weight_decay(self.model)
+            groups = [{"params": decay, "weight_decay": o.weight_decay},
+                      {"params": no_decay, "weight_decay": 0.0}]
+        else:
+            groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "weight_decay": 0.0}]
+        on_cuda = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+        # A fused AdamW unscales fp16 gradients inside its step, too late for clipping: with a
+        # loss scaler (16-mixed) and clipping it stays off unless asked for.
+        scaled = getattr(self.trainer.precision_plugin, "scaler", None) is not None if self.trainer else False
+        fused = (on_cuda and not (scaled and o.grad_clip > 0)) if o.fused is None else bool(o.fused)
+        optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
+                                      fused=fused or None)
+        total = self.run_config.train.max_steps
+
+        def factor(step: int) -> float:
+            return lr_factor(step, warmup_steps=o.warmup_steps, total_steps=total,
+                             schedule=o.schedule, min_lr_ratio=o.min_lr_ratio)
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}

@@ -1,0 +1,405 @@
+"""Sweeps: a grid of `lra train` runs, planned, skipped when done, launched locally or on SLURM.
+
+A sweep is only a grid over run configs plus a launcher:
+- `plan_sweep` resolves every (task, seq_len, attention, seed) cell to its `RunConfig` and run
+  folder (the same deterministic run id `lra train` computes) and classifies it: `new`, `resume`
+  (an interrupted run with a last.ckpt), `retry` (a failed/oom record), `done` (a completed record:
+  skipped), or `invalid` (the combination cannot run, e.g. a sequence too short for BigBird's
+  pattern; recorded as a failed run with the reason, without starting anything).
+- `run_local` runs the cells as `python -m lra train ... --resume` subprocesses, K at a time, each
+  pinned to its own GPU through CUDA_VISIBLE_DEVICES, with its output in `<run>/train.log`; a run
+  that dies without writing its record (killed, crashed interpreter) gets a `failed` record with
+  the end of its log. Failures and OOMs never stop the sweep.
+- `run_slurm` submits one cluster job per cell: through submitit when it is installed (the
+  `slurm` extra), otherwise as generated sbatch scripts (submitted with `sbatch` when available).
+  Multi-GPU / multi-node runs use Lightning's DDP inside the job (`--devices`, `--num-nodes`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import os
+import queue
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from lra.config import RunConfig, resolve
+from lra.records import RECORD_NAME, read_record, write_record
+
+STATES = ("new", "resume", "retry", "done", "invalid", "skipped")
+
+
+@dataclass
+class SweepSpec:
+    tasks: list[str]
+    attentions: list[str]
+    seq_lens: list[int | None] = field(default_factory=lambda: [None])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    preset: str = "paper"
+    overrides: list[str] = field(default_factory=list)
+    attention_options: dict = field(default_factory=dict)
+    runs_dir: str = "runs"
+    data_dir: str | None = None
+    devices: str | None = None
+    num_nodes: int | None = None
+    strategy: str | None = None
+    compile: bool | None = None
+    skip_failed: bool = False
+
+
+@dataclass
+class PlannedRun:
+    task: str
+    attention: str
+    seq_len: int | None
+    seed: int
+    config: RunConfig
+    state: str
+    reason: str = ""
+
+    @property
+    def run_dir(self) -> Path:
+        return self.config.run_dir()
+
+    @property
+    def record_path(self) -> Path:
+        return self.run_dir / RECORD_NAME
+
+    @property
+    def label(self) -> str:
+        return f"{self.task}/{self.attention}/{self.config.run_id()}"
+
+
+def expand_grid(spec: SweepSpec) -> list[tuple[str, int | None, str, int]]:
+    """Every (task, seq_len, attention, seed) cell, in that nesting order."""
+    return list(itertools.product(spec.tasks, spec.seq_lens, spec.attentions, spec.seeds))
+
+
+def _check_names(spec: SweepSpec) -> None:
+    import tasks
+
+    from lra import attention
+
+    unknown_tasks = [t for t in spec.tasks if t not in tasks.TASKS]
+    if unknown_tasks:
+        raise ValueError(f"unknown task(s) {unknown_tasks}; available: {', '.join(tasks.TASKS)}")
+    names = attention.available()
+    unknown = [a for a in spec.attentions if a not in names]
+    if unknown:
+        raise ValueError(f"unknown attention(s) {unknown}; available: {', '.join(names)}")
+
+
+def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
+    """Resolve and classify every cell. Config typos are a ValueError for the whole sweep."""
+    from lra.train import resolve_runtime, validate_run
+
+    _check_names(spec)
+    plan = []
+    for task, seq_len, attention, seed in expand_grid(spec):
+        config = resolve(task, attention, preset=spec.preset, seed=seed, seq_len=seq_len,
+                         overrides=spec.overrides, attention_options=spec.attention_options,
+                         runs_dir=spec.runs_dir, data_dir=spec.data_dir, devices=spec.devices,
+                         num_nodes=spec.num_nodes, strategy=spec.strategy, compile=spec.compile)
+        state, reason = "new", ""
+        try:
+            validate_run(config, resolve_runtime(config))
+        except ValueError as err:
+            state, reason = "invalid", str(err)
+        if state != "invalid":
+            state, reason = _classify(config.run_dir(), spec.skip_failed)
+        plan.append(PlannedRun(task, attention, seq_len, seed, config, state, reason))
+    return plan
+
+
+def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:
+    record_path = run_dir / RECORD_NAME
+    last = run_dir / "checkpoints" / "last.ckpt"
+    status = None
+    if record_path.exists():
+        try:
+            status = read_record(record_path).get("status")
+        except (OSError, ValueError) as err:
+            return "retry", f"unreadable record ({err})"
+    if status == "completed":
+        return "done", "completed record exists"
+    if status in ("failed", "oom"):
+        if skip_failed:
+            return "skipped", f"previous run {status} (--skip-failed)"
+        return "retry", f"previous run {status}" + (", resuming from last.ckpt" if last.exists() else "")
+    if last.exists():
+        return "resume", "interrupted run, resuming from last.ckpt"
+    return "new", ""
+
+
+def format_plan(plan: list[PlannedRun]) -> str:
+    counts = {s: sum(r.state == s for r in plan) for s in STATES}
+    lines = [f"sweep plan: {len(plan)} runs — " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
+    width = max((len(r.label) for r in plan), default=10)
+    for r in plan:
+        lines.append(f"  {r.state:<8} {r.label:<{width}}  {r.reason}")
+    return "\n".join(lines)
+
+
+def record_invalid(plan: list[PlannedRun]) -> None:
+    """Invalid cells get a `failed` record with the reason, so tables show why they are missing."""
+    from lra.train import write_status_record
+
+    for run in plan:
+        if run.state == "invalid":
+            write_status_record(run.config, "failed", run.reason)
+
+
+# ---- the command line of one run ------------------------------------------------------------------
+def train_argv(run: PlannedRun, spec: SweepSpec, *, python: str | None = None) -> list[str]:
+    """`python -m lra train ...` for one cell; resolves to exactly `run.config`."""
+    argv = [python or sys.executable, "-m", "lra", "train", "--task", run.task, "--attention", run.attention,
+            "--preset", spec.preset, "--seed", str(run.seed), "--runs-dir", str(spec.runs_dir),
+            "--resume", "--no-progress"]
+    if run.seq_len is not None:
+        argv += ["--seq-len", str(run.seq_len)]
+    if spec.data_dir is not None:
+        argv += ["--data-dir", str(spec.data_dir)]
+    if spec.devices is not None:
+        argv += ["--devices", str(spec.devices)]
+    if spec.num_nodes is not None:
+        argv += ["--num-nodes", str(spec.num_nodes)]
+    if spec.strategy is not None:
+        argv += ["--strategy", str(spec.strategy)]
+    if spec.compile is not None:
+        argv += ["--compile" if spec.compile else "--no-compile"]
+    argv += list(spec.overrides)
+    argv += [f"attention.{k}={v}" for k, v in spec.attention_options.items()]
+    return argv
+
+
+# ---- local launcher -------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    run: PlannedRun
+    status: str
+    seconds: float
+    gpu: str | None
+    record: dict | None = None
+    note: str = ""
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _default_runner(argv: list[str], env: dict, log_path: Path) -> int:
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"\n$ {shlex.join(argv)}\n")
+        log.flush()
+        return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL).returncode
+
+
+def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpus: list[str] | None = None,
+              runner: Callable[[list[str], dict, Path], int] | None = None,
+              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Run the `new`/`resume`/`retry` cells, `parallel` at a time, each on its own GPU slot."""
+    from lra.train import write_status_record
+
+    todo = [r for r in plan if r.state in ("new", "resume", "retry")]
+    if parallel < 1:
+        raise ValueError(f"--parallel must be >= 1, got {parallel}")
+    if gpus is not None and len(gpus) < parallel:
+        raise ValueError(f"--parallel {parallel} needs {parallel} GPUs, but only {len(gpus)} are given "
+                         f"({','.join(gpus) or 'none'}); each parallel run is pinned to its own GPU")
+    slots: queue.Queue = queue.Queue()
+    for i in range(parallel):
+        slots.put(gpus[i] if gpus is not None else None)
+    runner = runner or _default_runner
+    cpu_threads = max(1, (os.cpu_count() or 1) // parallel)
+    lock = threading.Lock()
+    outcomes: list[Outcome] = []
+
+    def one(run: PlannedRun) -> Outcome:
+        gpu = slots.get()
+        try:
+            env = dict(os.environ)
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            elif parallel > 1:  # CPU runs side by side: share the cores instead of oversubscribing
+                env.setdefault("OMP_NUM_THREADS", str(cpu_threads))
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            log_path = run.run_dir / "train.log"
+            start = time.perf_counter()
+            code = runner(train_argv(run, spec), env, log_path)
+            seconds = time.perf_counter() - start
+        finally:
+            slots.put(gpu)
+        record = None
+        try:
+            record = read_record(run.record_path)
+        except (OSError, ValueError):
+            pass
+        status = record.get("status") if record else None
+        note = ""
+        if status not in ("completed", "failed", "oom"):
+            # The run died before it could record itself (exit 2 on bad input, killed, crashed).
+            tail = _log_tail(log_path)
+            status = "failed"
+            note = f"exit code {code} without a final record"
+            error = f"{note}; end of {log_path}:\n{tail}"
+            if record is not None:  # keep what the run recorded before it died (curve, steps)
+                write_record(run.record_path, {**record, "status": "failed", "error": error})
+            else:
+                write_status_record(run.config, "failed", error)
+            record = read_record(run.record_path)
+        outcome = Outcome(run, status, seconds, gpu, record, note)
+        with lock:
+            outcomes.append(outcome)
+            if on_done:
+                on_done(outcome)
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        list(pool.map(one, todo))
+    return outcomes
+
+
+def describe_outcome(o: Outcome) -> str:
+    rec = o.record or {}
+
+    def pct(key):
+        value = rec.get(key)
+        return f"{value:.1%}" if isinstance(value, (int, float)) else "-"
+
+    where = f" gpu {o.gpu}" if o.gpu is not None else ""
+    text = f"{o.status:<9} {o.run.label}  val {pct('best_val_acc')} test {pct('test_acc')}  {o.seconds:.0f}s{where}"
+    if o.status != "completed":
+        err = (rec.get("error") or o.note or "").splitlines()
+        text += f"  ({err[0] if err else 'see train.log'})"
+    return text
+
+
+# ---- SLURM launcher -------------------------------------------------------------------------------
+@dataclass
+class SlurmOptions:
+    partition: str | None = None
+    account: str | None = None
+    time_min: int = 240
+    gpus_per_node: int = 1
+    cpus_per_task: int = 8
+    mem_gb: int | None = None
+    setup: list[str] = field(default_factory=list)   # shell lines run before training (venv, modules)
+    backend: str = "auto"                              # auto | submitit | sbatch
+    submit: bool = True
+
+
+def sbatch_script(run: PlannedRun, spec: SweepSpec, opts: SlurmOptions, *, python: str | None = None,
+                  cwd: str | None = None) -> str:
+    """An sbatch script for one cell: `srun` starts one task per GPU, Lightning's DDP joins them."""
+    nodes = spec.num_nodes or 1
+    gpus = opts.gpus_per_node
+    spec_for_run = SweepSpec(**{**spec.__dict__, "devices": str(gpus), "num_nodes": nodes})
+    argv = train_argv(run, spec_for_run, python=python)
+    hours, minutes = divmod(int(opts.time_min), 60)
+    lines = ["#!/bin/bash",
+             f"#SBATCH --job-name=lra-{run.task}-{run.attention}-{run.config.run_id()}",
+             f"#SBATCH --output={run.run_dir.resolve()}/slurm-%j.out",
+             f"#SBATCH --nodes={nodes}",
+             f"#SBATCH --ntasks-per-node={gpus}",
+             f"#SBATCH --gpus-per-node={gpus}",
+             f"#SBATCH --cpus-per-task={opts.cpus_per_task}",
+             f"#SBATCH --time={hours:02d}:{minutes:02d}:00"]
+    if opts.partition:
+        lines.append(f"#SBATCH --partition={opts.partition}")
+    if opts.account:
+        lines.append(f"#SBATCH --account={opts.account}")
+    if opts.mem_gb:
+        lines.append(f"#SBATCH --mem={opts.mem_gb}G")
+    lines += ["", "set -euo pipefail", f"cd {shlex.quote(cwd or os.getcwd())}", *opts.setup,
+              "# one task per GPU; Lightning reads the SLURM environment and forms the DDP group",
+              "srun " + shlex.join(argv), ""]
+    return "\n".join(lines)
+
+
+def run_slurm(plan: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions, *,
+              echo: Callable[[str], None] = print) -> list[str]:
+    """Submit the pending cells; returns job ids (or script paths when not submitted)."""
+    todo = [r for r in plan if r.state in ("new", "resume", "retry")]
+    if not todo:
+        return []
+    backend = opts.backend
+    if backend == "auto":
+        try:
+            import submitit  # noqa: F401
+
+            backend = "submitit"
+        except ImportError:
+            backend = "sbatch"
+    if backend == "submitit":
+        return _submit_submitit(todo, spec, opts, echo)
+    if backend != "sbatch":
+        raise ValueError(f"unknown SLURM backend {backend!r}; use auto, submitit or sbatch")
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    script_dir = Path(spec.runs_dir) / ".slurm" / stamp
+    script_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for run in todo:
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        path = script_dir / f"{run.task}-{run.attention}-{run.config.run_id()}.sbatch"
+        path.write_text(sbatch_script(run, spec, opts))
+        paths.append(path)
+    sbatch = shutil.which("sbatch")
+    if not opts.submit or sbatch is None:
+        why = "--no-submit" if not opts.submit else "sbatch is not on PATH"
+        echo(f"{len(paths)} sbatch scripts written to {script_dir} ({why}); submit them on the cluster with:\n"
+             f"  for f in {script_dir}/*.sbatch; do sbatch \"$f\"; done")
+        return [str(p) for p in paths]
+    job_ids = []
+    for run, path in zip(todo, paths):
+        out = subprocess.run([sbatch, "--parsable", str(path)], capture_output=True, text=True)
+        if out.returncode != 0:
+            echo(f"sbatch failed for {run.label}: {out.stderr.strip()}")
+            continue
+        job_id = out.stdout.strip().split(";")[0]
+        job_ids.append(job_id)
+        echo(f"submitted {run.label} as job {job_id}")
+    return job_ids
+
+
+def _submit_submitit(todo: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions,
+                     echo: Callable[[str], None]) -> list[str]:
+    import submitit
+
+    nodes = spec.num_nodes or 1
+    gpus = opts.gpus_per_node
+    spec_for_run = SweepSpec(**{**spec.__dict__, "devices": str(gpus), "num_nodes": nodes})
+    executor = submitit.AutoExecutor(folder=str(Path(spec.runs_dir) / ".slurm" / "%j"))
+    params = {"timeout_min": opts.time_min, "nodes": nodes, "tasks_per_node": gpus,
+              "gpus_per_node": gpus, "cpus_per_task": opts.cpus_per_task}
+    if opts.mem_gb:
+        params["mem_gb"] = opts.mem_gb
+    if opts.partition:
+        params["slurm_partition"] = opts.partition
+    if opts.account:
+        params["slurm_account"] = opts.account
+    if opts.setup:
+        params["slurm_setup"] = list(opts.setup)
+    executor.update_parameters(**params)
+    if not opts.submit:
+        for run in todo:
+            echo("would submit: " + shlex.join(train_argv(run, spec_for_run)))
+        return []
+    job_ids = []
+    for run in todo:
+        executor.update_parameters(name=f"lra-{run.task}-{run.attention}-{run.config.run_id()}")
+        job = executor.submit(submitit.helpers.CommandFunction(train_argv(run, spec_for_run), cwd=os.getcwd()))
+        job_ids.append(str(job.job_id))
+        echo(f"submitted {run.label} as job {job.job_id}")
+    return job_ids

@@ -1,0 +1,372 @@
+"""One training run: config -> DataModule + model -> Lightning Trainer -> test on the best
+checkpoint -> `runs/<task>/<attention>/<run-id>/result.json`.
+
+The run folder holds `config.yaml` (the resolved config and data spec), `logs/` (CSV, and
+TensorBoard when installed), `checkpoints/` (`best-*.ckpt` by validation accuracy and `last.ckpt`,
+written at every validation, on an interruption and at the end) and `result.json`, written
+atomically: `running` when training starts, then `completed`, `failed` (with the error text) or
+`oom` (CUDA out of memory). `--resume` continues from `last.ckpt` to the same final step count.
+
+Only global rank 0 touches the run folder; under DDP the other ranks just train.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import logging
+import math
+import os
+import shutil
+import sys
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import yaml
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.utilities.rank_zero import rank_zero_only
+
+from lra import provenance
+from lra.callbacks import SaveOnInterrupt, TrainingStats, ValidateAtEnd
+from lra.config import RunConfig
+from lra.model import DataSpec
+from lra.module import LraModule
+from lra.records import RECORD_NAME, write_record
+
+MONITOR = "val/acc"
+
+
+class _DropAdverts(logging.Filter):
+    """Lightning prints product tips at every Trainer start; they are not about the run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith("\N{ELECTRIC LIGHT BULB} Tip:")
+
+
+def _quiet_known_noise() -> None:
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_DropAdverts())
+    # Lightning 2.6 with torch >= 2.13 (its own pytree call; nothing to act on).
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    # Expected when --resume continues a run in its own checkpoint folder.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+
+
+class RunFailed(RuntimeError):
+    """A run started but did not complete; its record (status failed/oom) has been written."""
+
+    def __init__(self, status: str, error: str, record_path: Path, tb: str = ""):
+        super().__init__(f"run {status}: {error}")
+        self.status, self.error, self.record_path, self.traceback = status, error, record_path, tb
+
+
+# Our checkpoints hold the config and callback state besides tensors, and we wrote them ourselves.
+_OWN_CHECKPOINT = ({"weights_only": False}
+                   if "weights_only" in inspect.signature(pl.Trainer.test).parameters else {})
+
+
+def is_global_zero() -> bool:
+    return rank_zero_only.rank == 0
+
+
+# ---- runtime choices ------------------------------------------------------------------------------
+@dataclass
+class Runtime:
+    """What `auto` resolves to on this machine."""
+
+    cuda: bool
+    precision: str
+    compile: bool
+    num_workers: int
+    devices: object
+
+
+def resolve_runtime(config: RunConfig) -> Runtime:
+    t = config.train
+    cuda = torch.cuda.is_available()
+    if t.precision == "auto":
+        precision = ("bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed") if cuda else "32-true"
+    else:
+        precision = t.precision
+    compile_model = cuda if t.compile is None else bool(t.compile)
+    num_workers = (4 if cuda else 0) if config.data.num_workers is None else config.data.num_workers
+    return Runtime(cuda=cuda, precision=precision, compile=compile_model, num_workers=num_workers,
+                   devices=parse_devices(t.devices))
+
+
+def parse_devices(value) -> object:
+    """Lightning `devices`: "auto", a count ("2"), or GPU indices ("0,1")."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if text == "auto":
+        return "auto"
+    if "," in text:
+        try:
+            return [int(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"train.devices: expected auto, a count or a list like 0,1; got {value!r}") from None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"train.devices: expected auto, a count or a list like 0,1; got {value!r}") from None
+
+
+# ---- building -------------------------------------------------------------------------------------
+def build_datamodule(config: RunConfig, runtime: Runtime):
+    import tasks
+
+    if config.task not in tasks.TASKS:
+        raise ValueError(f"unknown task {config.task!r}; available: {', '.join(sorted(tasks.TASKS))}")
+    d = config.data
+    return tasks.build_datamodule(config.task, data_dir=d.data_dir, batch_size=config.train.batch_size,
+                                  seq_len=d.seq_len, num_workers=runtime.num_workers, seed=config.seed,
+                                  limit_train=d.limit_train, limit_eval=d.limit_eval, source=d.source)
+
+
+def check_attention(config: RunConfig, attn_len: int) -> None:
+    from lra import attention
+
+    names = attention.available()
+    if config.attention not in names:
+        raise ValueError(f"unknown attention {config.attention!r}; available: {', '.join(sorted(names))}")
+    options = {**config.attention_options, "num_heads": config.model.num_heads,
+               "head_dim": config.model.head_dim, "max_len": attn_len}
+    where = (f"the model attends over {attn_len} tokens (task {config.task}, seq_len "
+             f"{config.data.seq_len}{', + CLS' if config.model.pooling == 'cls' else ''})")
+    limit = attention.max_supported_len(config.attention, options)
+    if limit is not None and attn_len > limit:
+        raise ValueError(f"attention {config.attention!r} supports at most {limit} tokens with "
+                         f"{config.attention_options}, but {where}")
+    low = attention.min_supported_len(config.attention, dict(config.attention_options))
+    if low is not None and attn_len < low:
+        raise ValueError(f"attention {config.attention!r} needs at least {low} tokens with "
+                         f"{config.attention_options}, but {where}; use a longer --seq-len or "
+                         f"smaller blocks (e.g. attention.block_size=...)")
+
+
+def validate_run(config: RunConfig, runtime: Runtime):
+    """Check the config against the task and the attention; returns (datamodule, data spec).
+
+    Fills in `config.data.seq_len` from the task when the preset left it open. Raises ValueError
+    for any combination that cannot run. Nothing is written and no data is read.
+    """
+    dm = build_datamodule(config, runtime)
+    spec = DataSpec.from_datamodule(dm)
+    if config.data.seq_len is None:
+        config.data.seq_len = spec.max_len
+    check_attention(config, spec.max_len + (1 if config.model.pooling == "cls" else 0))
+    return dm, spec
+
+
+def prepare(config: RunConfig, runtime: Runtime | None = None, *, attention_factory=None):
+    """`validate_run`, then the LightningModule: returns (datamodule, module, data spec)."""
+    runtime = runtime or resolve_runtime(config)
+    if attention_factory is None:
+        dm, spec = validate_run(config, runtime)
+    else:  # a test double stands in for the registry
+        dm = build_datamodule(config, runtime)
+        spec = DataSpec.from_datamodule(dm)
+        config.data.seq_len = config.data.seq_len or spec.max_len
+    module = LraModule(config.to_dict(), spec.to_dict(), compile_model=runtime.compile,
+                       attention_factory=attention_factory)
+    return dm, module, spec
+
+
+def _progress_bar_wanted(progress_bar: bool | None) -> bool:
+    if progress_bar is not None:
+        return progress_bar
+    return sys.stdout.isatty() and sys.stderr.isatty() and "PYTEST_CURRENT_TEST" not in os.environ
+
+
+def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progress_bar: bool,
+                  callbacks=()) -> tuple[pl.Trainer, TrainingStats, ModelCheckpoint]:
+    t, o = config.train, config.optim
+    ckpt_dir = run_dir / "checkpoints"
+    stats = TrainingStats(warmup_steps=t.throughput_warmup_steps, monitor=MONITOR, verbose=not progress_bar)
+    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-step{step}", monitor=MONITOR, mode="max",
+                           save_top_k=1, save_last=True, auto_insert_metric_name=False)
+    cbs = [stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / "last.ckpt"),
+           LearningRateMonitor(logging_interval="step"), *callbacks]
+    if progress_bar:
+        cbs.append(RichProgressBar())
+    loggers = [CSVLogger(save_dir=run_dir, name="logs")]
+    try:
+        from pytorch_lightning.loggers import TensorBoardLogger
+        from pytorch_lightning.loggers.tensorboard import _TENSORBOARD_AVAILABLE
+
+        if _TENSORBOARD_AVAILABLE:
+            loggers.append(TensorBoardLogger(save_dir=run_dir, name="tensorboard"))
+    except ImportError:  # pragma: no cover - depends on the Lightning build
+        pass
+    devices = runtime.devices
+    if devices == "auto" and not runtime.cuda:
+        devices = 1
+    trainer = pl.Trainer(
+        accelerator="auto", devices=devices, num_nodes=t.num_nodes, strategy=t.strategy,
+        precision=runtime.precision, max_steps=t.max_steps, max_epochs=-1,
+        val_check_interval=t.val_check_interval, check_val_every_n_epoch=None,
+        limit_val_batches=t.limit_val_batches,
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        gradient_clip_val=o.grad_clip if o.grad_clip > 0 else None,
+        deterministic=t.deterministic, callbacks=cbs, logger=loggers,
+        enable_progress_bar=progress_bar, enable_model_summary=progress_bar,
+        log_every_n_steps=max(1, min(50, t.val_check_interval)), default_root_dir=run_dir,
+    )
+    return trainer, stats, best
+
+
+# ---- records ------------------------------------------------------------------------------------
+def _record(config: RunConfig, *, status: str, error: str | None, created: str, runtime: Runtime,
+            module: LraModule | None, summary: dict | None, trainer: pl.Trainer | None,
+            test_acc: float | None) -> dict:
+    summary = summary or {}
+    steps = int(trainer.global_step) if trainer is not None else 0
+    epochs = None
+    if trainer is not None:
+        per_epoch = trainer.num_training_batches
+        if isinstance(per_epoch, (int, float)) and per_epoch and math.isfinite(per_epoch):
+            epochs = round(steps * config.train.accumulate_grad_batches / per_epoch, 4)
+    world = int(trainer.world_size) if trainer is not None else None
+    return {
+        "run_id": config.run_id(),
+        "task": config.task,
+        "attention": config.attention,
+        "attention_options": dict(config.attention_options),
+        "seq_len": config.data.seq_len,
+        "seed": config.seed,
+        "preset": config.preset,
+        "status": status,
+        "error": error,
+        "best_val_acc": summary.get("best_val_acc"),
+        "test_acc": test_acc,
+        "val_acc_curve": summary.get("val_acc_curve", []),
+        "steps": steps,
+        "epochs": epochs,
+        "wall_time_s": summary.get("wall_time_s"),
+        "time_to_best_s": summary.get("time_to_best_s"),
+        "step_time_ms": summary.get("step_time_ms"),
+        "train_samples_per_s": summary.get("train_samples_per_s"),
+        "train_tokens_per_s": summary.get("train_tokens_per_s"),
+        "peak_mem_gb": summary.get("peak_mem_gb"),
+        "num_params": module.num_params if module is not None else None,
+        "batch_size": config.train.batch_size,
+        "device": provenance.device_name(),
+        "devices": world,
+        "precision": runtime.precision,
+        "compile": runtime.compile,
+        "versions": provenance.versions(),
+        "git_rev": provenance.git_revision(),
+        "created": created,
+        "config": config.to_dict(),
+    }
+
+
+def write_status_record(config: RunConfig, status: str, error: str | None) -> Path:
+    """A record for a run that never trained (e.g. an impossible combination in a sweep)."""
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    path = config.run_dir() / RECORD_NAME
+    return write_record(path, _record(config, status=status, error=error, created=now,
+                                      runtime=resolve_runtime(config), module=None, summary=None,
+                                      trainer=None, test_acc=None))
+
+
+def _read_existing(path: Path) -> dict | None:
+    try:
+        from lra.records import read_record
+
+        return read_record(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _error_text(err: BaseException) -> str:
+    if isinstance(err, KeyboardInterrupt) or (isinstance(err, SystemExit) and err.code not in (0, None)):
+        return "interrupted (KeyboardInterrupt / SystemExit)"
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".strip()
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(err, RuntimeError) and "CUDA out of memory" in str(err)
+
+
+# ---- the run --------------------------------------------------------------------------------------
+def train(config: RunConfig, *, resume: bool = False, force: bool = False, callbacks=(),
+          progress_bar: bool | None = None, attention_factory=None) -> dict:
+    """Run one training and return its record. Bad input: ValueError before anything is written.
+    A run that starts and then fails: its record is written and `RunFailed` raised."""
+    _quiet_known_noise()
+    runtime = resolve_runtime(config)
+    pl.seed_everything(config.seed, workers=True, verbose=False)
+    dm, module, spec = prepare(config, runtime, attention_factory=attention_factory)
+    run_dir = config.run_dir()
+    ckpt_dir = run_dir / "checkpoints"
+    last = ckpt_dir / "last.ckpt"
+    record_path = run_dir / RECORD_NAME
+    rank0 = is_global_zero()
+    existing = _read_existing(record_path) if record_path.exists() else None
+
+    if rank0 and existing is not None and existing.get("status") == "completed" and not force:
+        if resume:
+            print(f"run already completed: {record_path}")
+            return existing
+        raise ValueError(f"run already completed: {record_path}; pass --force to train it again")
+    if rank0 and last.exists() and not resume and not force:
+        raise ValueError(f"an interrupted run exists in {run_dir}; pass --resume to continue it "
+                         f"or --force to start it over")
+    resume_from = str(last) if resume and last.exists() else None
+    if rank0:
+        dm.prepare_data()  # missing / corrupt data: a clear error before the run folder is touched
+        if force and not resume_from:
+            for sub in ("checkpoints", "logs", "tensorboard"):
+                shutil.rmtree(run_dir / sub, ignore_errors=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(
+            yaml.safe_dump({"config": config.to_dict(), "data_spec": spec.to_dict()}, sort_keys=False))
+    created = (existing or {}).get("created") if resume_from else None
+    created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+    trainer = stats = summary = None
+    show_bar = _progress_bar_wanted(progress_bar)
+
+    def record(status, error=None, test_acc=None) -> dict:
+        rec = _record(config, status=status, error=error, created=created, runtime=runtime, module=module,
+                      summary=summary or (stats.summary() if stats is not None else None),
+                      trainer=trainer, test_acc=test_acc)
+        if rank0:
+            write_record(record_path, rec)
+        return rec
+
+    try:
+        trainer, stats, best = build_trainer(config, runtime, run_dir, progress_bar=show_bar,
+                                             callbacks=callbacks)
+        record("running")
+        if rank0 and not show_bar:
+            print(f"training {config.task}/{config.attention} {config.run_id()} on "
+                  f"{provenance.device_name()} ({runtime.precision}"
+                  f"{', compiled' if runtime.compile else ''}) -> {run_dir}", flush=True)
+        trainer.fit(module, datamodule=dm, ckpt_path=resume_from, **_OWN_CHECKPOINT)
+        # Testing restores the best checkpoint, callback states included: take the summary first.
+        summary = stats.summary()
+        trainer.save_checkpoint(last, weights_only=False)
+        best_path = best.best_model_path or None
+        results = trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False, **_OWN_CHECKPOINT)
+        test_acc = float(results[0]["test/acc"]) if results and "test/acc" in results[0] else None
+    except BaseException as err:  # noqa: BLE001 - every failure is recorded, then re-raised
+        status = "oom" if _is_oom(err) else "failed"
+        text = _error_text(err)
+        tb = traceback.format_exc()
+        if rank0:
+            record(status, text)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "error.log").write_text(tb)
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise RunFailed(status, text, record_path, tb) from err
+    return record("completed", test_acc=test_acc)

@@ -1,0 +1,77 @@
+"""The `lra train` / `lra sweep` / `lra info` command lines: bad input is one clear message, exit 2."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lra.cli import main
+
+BASE = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--task", "lisops", "--attention", "softmax"], "unknown task 'lisops'; available: listops"),
+    (["train", "--task", "listops", "--attention", "flashy"], "unknown attention 'flashy'; available: flash"),
+    ([*BASE, "attention.nb_features=8"], "attention 'softmax': unknown option(s) 'nb_features'"),
+    ([*BASE, "--attention.nb_features", "8"], "attention 'softmax': unknown option(s) 'nb_features'"),
+    (["train", "--task", "listops", "--attention", "performer", "--preset", "smoke", "attention.nb_features=lots"],
+     "option 'nb_features' expects an int, got 'lots'"),
+    ([*BASE, "model.dimm=8"], "unknown config key 'model.dimm'; did you mean 'model.dim'?"),
+    ([*BASE, "model.dim"], "not of the form key=value"),
+    ([*BASE, "--preset", "huge"], "task 'listops' has no preset 'huge'; available: paper, smoke"),
+    (["train", "--task", "pathfinder32", "--attention", "softmax", "--preset", "smoke", "--seq-len", "4096"],
+     "seq_len must be 1024 (got 4096); pathfinder64 has 4096 pixels"),
+    (["train", "--task", "listops", "--attention", "bigbird", "--preset", "smoke", "--seq-len", "64"],
+     "attention 'bigbird' needs at least 113 tokens"),
+    ([*BASE, "--seq-len", "0"], "data.seq_len must be > 0"),
+    ([*BASE, "--devices", "two"], "train.devices: expected auto, a count or a list"),
+    (["sweep", "--tasks", "listops", "--attentions", "softmax", "flashy", "--preset", "smoke"],
+     "unknown attention(s) ['flashy']"),
+    (["sweep", "--tasks", "listops", "--attentions", "softmax", "--preset", "smoke", "--parallel", "0"],
+     "--parallel must be >= 1"),
+])
+def test_bad_input_is_one_clear_message_and_exit_2(argv, message, tmp_path, capsys):
+    code = main([*argv, "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_missing_data_says_how_to_get_it(tmp_path, capsys):
+    code = main(["train", "--task", "retrieval", "--attention", "softmax", "--preset", "smoke",
+                 "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "empty")])
+    err = capsys.readouterr().err
+    assert code == 2 and "tsv_data/new_aan_pairs" in err and "Traceback" not in err
+
+
+def test_argparse_errors_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "lra", "train", "--task", "listops"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--attention" in proc.stderr
+
+
+def test_train_help_lists_overrides_and_attention_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "model.dim=128" in out and "--attention.nb_features" in out and "exit status" in out
+
+
+def test_info_reports_versions_device_and_attentions(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("torch ", "triton ", "lightning ", "CUDA ", "TRITON_INTERPRET=", "attentions on"):
+        assert needle in out
+    from lra import attention
+
+    for name in attention.available():
+        assert f"  {name} " in out
+    from lra.commands.info import collect
+
+    info = collect("cpu")
+    assert set(info["attentions"]) == set(attention.available())
+    assert all(isinstance(v["can_run"], bool) and v["reason"] for v in info["attentions"].values())

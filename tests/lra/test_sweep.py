@@ -1,0 +1,168 @@
+"""`lra sweep`: grid expansion, dry-run plan, skip on rerun, failures recorded, GPU pinning, SLURM."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lra.cli import main
+from lra.records import write_record
+from lra.sweep import SlurmOptions, SweepSpec, expand_grid, plan_sweep, run_local, run_slurm, train_argv
+
+FAST = ["train.max_steps=4", "train.val_check_interval=2", "train.batch_size=8", "data.limit_train=32",
+        "data.limit_eval=16", "train.throughput_warmup_steps=1", "optim.warmup_steps=1"]
+
+
+def records(runs: Path) -> dict:
+    out = {}
+    for path in runs.glob("*/*/*/result.json"):
+        rec = json.loads(path.read_text())
+        out[(rec["task"], rec["attention"], rec["seq_len"])] = rec
+    return out
+
+
+def test_grid_expansion_and_order():
+    spec = SweepSpec(tasks=["listops", "pathfinder32"], attentions=["softmax", "flash"], seq_lens=[None],
+                     seeds=[0, 1])
+    cells = expand_grid(spec)
+    assert len(cells) == 8
+    assert cells[:3] == [("listops", None, "softmax", 0), ("listops", None, "softmax", 1),
+                         ("listops", None, "flash", 0)]
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "bigbird",
+                 "--seq-lens", "64", "128", "--seeds", "0", "1", "--dry-run", "--runs-dir", str(runs),
+                 "--data-dir", str(tmp_path / "data")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "sweep plan: 8 runs — 6 new, 2 invalid" in out
+    assert "needs at least 113 tokens" in out  # bigbird at 64 tokens, with the reason
+    assert not runs.exists()
+
+
+def test_local_sweep_skips_done_records_failures_and_resumes(tmp_path, capsys):
+    runs, data = tmp_path / "runs", tmp_path / "data"
+    argv = ["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "linformer",
+            "bigbird", "--seq-lens", "64", "--runs-dir", str(runs), "--data-dir", str(data), *FAST]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 1  # one cell cannot run; the others still ran
+    recs = records(runs)
+    assert recs[("listops", "softmax", 64)]["status"] == "completed"
+    assert recs[("listops", "linformer", 64)]["status"] == "completed"
+    bigbird = recs[("listops", "bigbird", 64)]
+    assert bigbird["status"] == "failed" and "needs at least 113 tokens" in bigbird["error"]
+    assert set(bigbird) == set(recs[("listops", "softmax", 64)])  # full schema even when never started
+    assert "[2/2] completed" in out and "2 completed, 0 failed, 0 oom, 0 already done, 1 invalid" in out
+    log = next(runs.glob("listops/softmax/*/train.log")).read_text()
+    assert "python" in log and "--resume" in log
+
+    # Rerun: completed runs are skipped, nothing is trained again.
+    before = {k: r["created"] for k, r in records(runs).items()}
+    main(argv)
+    out = capsys.readouterr().out
+    assert "2 done, 1 invalid" in out and "0 completed, 0 failed, 0 oom, 2 already done" in out
+    assert {k: r["created"] for k, r in records(runs).items() if r["status"] == "completed"} == \
+        {k: v for k, v in before.items() if k[1] != "bigbird"}
+
+    # A run interrupted mid-way (last.ckpt, record still "running") is planned as a resume.
+    softmax_dir = next(runs.glob("listops/softmax/*"))
+    rec = json.loads((softmax_dir / "result.json").read_text())
+    write_record(softmax_dir / "result.json", {**rec, "status": "running"})
+    plan = plan_sweep(SweepSpec(tasks=["listops"], attentions=["softmax"], seq_lens=[64], preset="smoke",
+                                overrides=FAST, runs_dir=str(runs), data_dir=str(data)))
+    assert [(p.state, p.reason) for p in plan] == [("resume", "interrupted run, resuming from last.ckpt")]
+
+
+def test_runtime_failure_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "performer",
+                 "--seq-lens", "64", "--runs-dir", str(runs), "--data-dir", str(tmp_path / "data"), *FAST,
+                 "train.strategy=no_such_strategy"])
+    out = capsys.readouterr().out
+    assert code == 1
+    recs = records(runs)
+    assert len(recs) == 2 and all(r["status"] == "failed" and "no_such_strategy" in r["error"]
+                                  for r in recs.values())
+    assert "0 completed, 2 failed" in out
+    # With --skip-failed a rerun leaves them alone.
+    main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "performer",
+          "--seq-lens", "64", "--runs-dir", str(runs), "--data-dir", str(tmp_path / "data"), *FAST,
+          "train.strategy=no_such_strategy", "--skip-failed", "--dry-run"])
+    assert "2 skipped" in capsys.readouterr().out
+
+
+def _spec(tmp_path, attentions=("softmax", "performer", "linformer")):
+    return SweepSpec(tasks=["listops"], attentions=list(attentions), seq_lens=[64], preset="smoke",
+                     overrides=FAST, runs_dir=str(tmp_path / "runs"), data_dir=str(tmp_path / "data"))
+
+
+def test_parallel_runs_are_pinned_to_distinct_gpus(tmp_path):
+    spec = _spec(tmp_path)
+    plan = plan_sweep(spec)
+    seen, active, lock = [], set(), threading.Lock()
+    overlap = []
+
+    def runner(argv, env, log_path):
+        gpu = env["CUDA_VISIBLE_DEVICES"]
+        with lock:
+            assert gpu not in active, "two concurrent runs on one GPU"
+            active.add(gpu)
+            overlap.append(len(active))
+            seen.append((argv[argv.index("--attention") + 1], gpu))
+        if "softmax" in argv:  # killed mid-run: its "running" record stays behind
+            from lra.train import write_status_record
+
+            write_status_record(plan[0].config, "running", None)
+        time.sleep(0.2)
+        with lock:
+            active.discard(gpu)
+        return -9  # dies without a final record: the sweep must record the failure itself
+
+    outcomes = run_local(plan, spec, parallel=2, gpus=["3", "5"], runner=runner)
+    assert sorted(a for a, _ in seen) == ["linformer", "performer", "softmax"]
+    assert {g for _, g in seen} <= {"3", "5"} and max(overlap) == 2
+    assert all(o.status == "failed" and "exit code -9 without a final record" in o.record["error"]
+               for o in outcomes)
+    assert plan[0].attention == "softmax" and json.loads(plan[0].record_path.read_text())["status"] == "failed"
+    with pytest.raises(ValueError, match="--parallel 3 needs 3 GPUs"):
+        run_local(plan, spec, parallel=3, gpus=["0", "1"], runner=runner)
+
+
+def test_train_argv_resolves_to_the_planned_run(tmp_path):
+    from lra.commands.train import config_from_args
+    from lra.cli import build_parser
+
+    spec = _spec(tmp_path, attentions=["performer"])
+    spec.attention_options = {"nb_features": "16"}
+    run = plan_sweep(spec)[0]
+    argv = train_argv(run, spec)
+    assert argv[1:4] == ["-m", "lra", "train"] and "--resume" in argv
+    args = build_parser().parse_args(argv[3:])
+    config = config_from_args(args, task=args.task, attention=args.attention, seed=args.seed, seq_len=args.seq_len)
+    assert config.run_id() == run.config.run_id() and config.attention_options["nb_features"] == 16
+
+
+def test_slurm_writes_sbatch_scripts_when_sbatch_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    spec = _spec(tmp_path, attentions=["softmax", "performer"])
+    spec.num_nodes = 2
+    messages = []
+    paths = run_slurm(plan_sweep(spec), spec,
+                      SlurmOptions(partition="gpu", account="lra", time_min=90, gpus_per_node=4,
+                                   setup=["source .venv/bin/activate"], backend="sbatch"),
+                      echo=messages.append)
+    assert len(paths) == 2 and "sbatch is not on PATH" in messages[0]
+    text = Path(paths[0]).read_text()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --time=01:30:00", "#SBATCH --partition=gpu", "#SBATCH --account=lra",
+                 "source .venv/bin/activate"):
+        assert line in text
+    srun = [line for line in text.splitlines() if line.startswith("srun ")][0]
+    assert "-m lra train" in srun and "--devices 4 --num-nodes 2" in srun and "--resume" in srun
+    assert "train.max_steps=4" in srun

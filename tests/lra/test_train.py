@@ -1,0 +1,304 @@
+"""`lra train` end to end on CPU with the real tasks and registry: records, checkpoints, resume,
+failures, DDP; plus the schedule and the throughput bookkeeping."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from lra.callbacks import TrainingStats
+from lra.cli import main
+from lra.config import resolve
+from lra.module import LraModule, lr_factor, split_weight_decay
+from lra.train import RunFailed, train
+
+# The schema of docs/interfaces.md, exactly.
+RECORD_FIELDS = {
+    "schema", "run_id", "task", "attention", "attention_options", "seq_len", "seed", "preset", "status",
+    "error", "best_val_acc", "test_acc", "val_acc_curve", "steps", "epochs", "wall_time_s",
+    "time_to_best_s", "step_time_ms", "train_samples_per_s", "train_tokens_per_s", "peak_mem_gb",
+    "num_params", "batch_size", "device", "devices", "precision", "compile", "versions", "git_rev",
+    "created", "config",
+}
+# Smaller than the smoke preset: a few steps on a few dozen examples.
+FAST = ["train.max_steps=6", "train.val_check_interval=3", "train.batch_size=8", "data.limit_train=48",
+        "data.limit_eval=16", "train.throughput_warmup_steps=1", "optim.warmup_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def load(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def only_record(runs: Path) -> dict:
+    paths = sorted(runs.glob("**/result.json"))
+    assert len(paths) == 1, paths
+    return load(paths[0])
+
+
+def test_listops_run_writes_record_logs_and_checkpoints(tmp_path, data_dir, capsys):
+    runs = tmp_path / "runs"
+    code = main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+                 "--runs-dir", str(runs), "--data-dir", str(data_dir), *FAST])
+    assert code == 0, capsys.readouterr().err
+    rec = only_record(runs)
+    assert set(rec) == RECORD_FIELDS
+    assert rec["schema"] == 1 and rec["status"] == "completed" and rec["error"] is None
+    assert (rec["task"], rec["attention"], rec["seq_len"], rec["seed"], rec["preset"]) == \
+        ("listops", "softmax", 64, 0, "smoke")
+    assert rec["steps"] == 6 and rec["batch_size"] == 8 and rec["devices"] == 1
+    assert [p["step"] for p in rec["val_acc_curve"]] == [3, 6]
+    assert all(0.0 <= p["val_acc"] <= 1.0 for p in rec["val_acc_curve"])
+    assert rec["best_val_acc"] == max(p["val_acc"] for p in rec["val_acc_curve"])
+    assert 0.0 <= rec["test_acc"] <= 1.0
+    assert rec["wall_time_s"] >= rec["time_to_best_s"] > 0
+    # Throughput over the 5 steps after the 1 warm-up step: samples/s and tokens/s agree.
+    assert rec["train_samples_per_s"] > 0 and rec["step_time_ms"] > 0
+    assert rec["train_tokens_per_s"] == pytest.approx(64 * rec["train_samples_per_s"])
+    assert rec["peak_mem_gb"] is None and rec["precision"] == "32-true" and rec["compile"] is False
+    assert set(rec["versions"]) == {"python", "torch", "triton", "lightning"}
+    assert rec["config"]["model"]["dim"] == 32 and rec["config"]["train"]["max_steps"] == 6
+    assert rec["num_params"] > 0 and rec["epochs"] == pytest.approx(6 * 8 / 48)
+
+    run_dir = runs / "listops" / "softmax" / rec["run_id"]
+    assert (run_dir / "config.yaml").is_file()
+    assert list((run_dir / "logs").glob("version_*/metrics.csv"))
+    best = list((run_dir / "checkpoints").glob("best-step*.ckpt"))
+    assert len(best) == 1 and (run_dir / "checkpoints" / "last.ckpt").is_file()
+    # The checkpoint rebuilds the model on its own: resolved config + data spec.
+    module = LraModule.load_from_checkpoint(best[0], map_location="cpu")
+    assert module.run_config.run_id() == rec["run_id"] and module.spec.vocab_size == 16
+    out = capsys.readouterr().out
+    assert "completed" in out and rec["run_id"] in out
+
+    # Re-running a completed run is refused (exit 2); --resume leaves it as it is.
+    args = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+            "--runs-dir", str(runs), "--data-dir", str(data_dir), *FAST]
+    assert main(args) == 2
+    assert "already completed" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0
+    assert load(run_dir / "result.json")["created"] == rec["created"]
+
+
+def test_pathfinder_uses_a_2d_grid_embedding(tmp_path, data_dir):
+    runs = tmp_path / "runs"
+    code = main(["train", "--task", "pathfinder32", "--attention", "linformer", "--preset", "smoke",
+                 "--runs-dir", str(runs), "--data-dir", str(data_dir), "train.max_steps=2",
+                 "train.val_check_interval=2", "train.batch_size=4", "data.limit_train=8",
+                 "data.limit_eval=4", "optim.warmup_steps=1", "train.throughput_warmup_steps=0"])
+    assert code == 0
+    rec = only_record(runs)
+    assert rec["status"] == "completed" and rec["seq_len"] == 1024
+    assert rec["attention_options"]["proj_k"] == 32  # the smoke preset's per-attention option
+    ckpt = torch.load(next(runs.glob("**/last.ckpt")), map_location="cpu", weights_only=False)
+    assert ckpt["state_dict"]["model.encoder.positions.weight"].shape == (32, 32, 32)
+    assert ckpt["hyper_parameters"]["data_spec"]["image_shape"] == [32, 32]
+    assert ckpt["hyper_parameters"]["config"]["model"]["positional"] == "learned"
+
+
+def _write_aan(path: Path, rows: int, seed: int) -> None:
+    """An AAN pairs file in the official layout: no header; label, id1, id2, text1, text2."""
+    import random
+
+    rng = random.Random(seed)
+
+    def text() -> str:
+        return " ".join(rng.choice(["graph", "parse", "tree", "neural", "corpus"]) for _ in range(rng.randint(5, 30)))
+
+    lines = [f"{i % 2}\tdoc{i}a\tdoc{i}b\t{text()}\t{text()}" for i in range(rows)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_retrieval_trains_the_dual_encoder(tmp_path):
+    data = tmp_path / "aan"
+    for seed, (split, rows) in enumerate((("train", 24), ("eval", 8), ("test", 8))):
+        _write_aan(data / "tsv_data" / f"new_aan_pairs.{split}.tsv", rows, seed)
+    runs = tmp_path / "runs"
+    code = main(["train", "--task", "retrieval", "--attention", "performer", "--preset", "smoke",
+                 "--seq-len", "64", "--runs-dir", str(runs), "--data-dir", str(data), "train.max_steps=3",
+                 "train.val_check_interval=3", "train.batch_size=8", "optim.warmup_steps=1",
+                 "train.throughput_warmup_steps=1"])
+    assert code == 0
+    rec = only_record(runs)
+    assert rec["status"] == "completed" and rec["steps"] == 3
+    # Two documents of 64 tokens per example.
+    assert rec["train_tokens_per_s"] == pytest.approx(2 * 64 * rec["train_samples_per_s"])
+    ckpt = torch.load(next(runs.glob("**/last.ckpt")), map_location="cpu", weights_only=False)
+    assert ckpt["state_dict"]["model.head.0.weight"].shape[1] == 4 * 32  # [u, v, u*v, u-v]
+
+
+class Crash(pl.Callback):
+    def __init__(self, at_step: int, error: BaseException):
+        self.at_step, self.error = at_step, error
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == self.at_step:
+            raise self.error
+
+
+class CountBatches(pl.Callback):
+    def __init__(self):
+        self.steps = []
+
+    def on_train_batch_end(self, trainer, *args):
+        self.steps.append(trainer.global_step)
+
+
+def test_resume_after_interruption_repeats_no_step(tmp_path, data_dir):
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=[*FAST, "train.max_steps=8", "train.val_check_interval=3"])
+    with pytest.raises(RunFailed) as failure:
+        train(config, callbacks=[Crash(5, RuntimeError("power cut"))], progress_bar=False)
+    assert failure.value.status == "failed"
+    rec = load(config.run_dir() / "result.json")
+    assert rec["status"] == "failed" and rec["error"] == "RuntimeError: power cut" and rec["steps"] == 5
+    assert "power cut" in (config.run_dir() / "error.log").read_text()
+    last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 5
+
+    # Without --resume an interrupted run is not silently restarted.
+    with pytest.raises(ValueError, match="pass --resume"):
+        train(config, progress_bar=False)
+
+    counter = CountBatches()
+    rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
+    assert counter.steps == [6, 7, 8]  # exactly the missing steps
+    assert rec["status"] == "completed" and rec["steps"] == 8
+    assert [p["step"] for p in rec["val_acc_curve"]] == [3, 6, 8]  # the first session's point is kept
+    assert rec["wall_time_s"] > rec["val_acc_curve"][0]["wall_s"]
+    assert load(config.run_dir() / "result.json")["status"] == "completed"
+
+
+def test_ctrl_c_saves_the_step_and_records_the_interruption(tmp_path, data_dir):
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=FAST)
+    with pytest.raises(SystemExit):  # Lightning turns Ctrl-C into a graceful shutdown and exit(1)
+        train(config, callbacks=[Crash(4, KeyboardInterrupt())], progress_bar=False)
+    rec = load(config.run_dir() / "result.json")
+    assert rec["status"] == "failed" and rec["error"].startswith("interrupted") and rec["steps"] == 4
+    last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 4
+
+
+def test_oom_is_recorded_as_oom(tmp_path, data_dir):
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=FAST)
+    error = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    with pytest.raises(RunFailed) as failure:
+        train(config, callbacks=[Crash(2, error)], progress_bar=False)
+    assert failure.value.status == "oom"
+    rec = load(config.run_dir() / "result.json")
+    assert rec["status"] == "oom" and "CUDA out of memory" in rec["error"]
+
+
+def test_failed_run_exits_1_with_its_record(tmp_path, data_dir, capsys):
+    runs = tmp_path / "runs"
+    code = main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+                 "--runs-dir", str(runs), "--data-dir", str(data_dir), *FAST, "train.strategy=no_such_strategy"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "run failed" in err and "result.json" in err
+    rec = only_record(runs)
+    assert rec["status"] == "failed" and "no_such_strategy" in rec["error"]
+
+
+def test_ddp_with_two_cpu_processes(tmp_path, data_dir):
+    """Lightning DDP (gloo) with 2 processes: one record from rank 0, the world size in it."""
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lra", "train", "--task", "listops", "--attention", "softmax", "--preset",
+         "smoke", "--seq-len", "64", "--runs-dir", str(runs), "--data-dir", str(data_dir), "--devices", "2",
+         "--strategy", "ddp", *FAST, "train.max_steps=4", "train.val_check_interval=2"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rec = only_record(runs)
+    assert rec["status"] == "completed" and rec["devices"] == 2 and rec["steps"] == 4
+    assert [p["step"] for p in rec["val_acc_curve"]] == [2, 4]
+    assert rec["config"]["train"]["strategy"] == "ddp"
+
+
+# ---- units ----------------------------------------------------------------------------------------
+def test_lr_schedule_warmup_then_decay():
+    kw = dict(warmup_steps=4, total_steps=12)
+    assert [lr_factor(s, schedule="linear", **kw) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_factor(4, schedule="linear", **kw) == 1.0
+    assert lr_factor(8, schedule="linear", **kw) == pytest.approx(0.5)
+    assert lr_factor(12, schedule="linear", **kw) == 0.0
+    assert lr_factor(8, schedule="cosine", **kw) == pytest.approx(0.5)
+    assert lr_factor(6, schedule="cosine", **kw) == pytest.approx(0.5 * (1 + 2 ** -0.5))
+    assert lr_factor(12, schedule="cosine", min_lr_ratio=0.1, **kw) == pytest.approx(0.1)
+    assert lr_factor(100, schedule="constant", **kw) == 1.0
+    assert lr_factor(0, schedule="linear", warmup_steps=0, total_steps=10) == 1.0
+
+
+def test_weight_decay_only_on_linear_weights():
+    from lra.model import DataSpec, build_model
+
+    config = resolve("listops", "softmax", preset="smoke")
+    model = build_model(config.model, DataSpec(16, 10, 32), attention="softmax")
+    decay, no_decay = split_weight_decay(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(names[id(p)].endswith("weight") and "norm" not in names[id(p)] for p in decay)
+    assert {"encoder.embed.weight", "encoder.positions.weight"} <= {names[id(p)] for p in no_decay}
+    assert len(decay) + len(no_decay) == len(list(model.parameters()))
+
+
+class _FakeStrategy:
+    class root_device:  # noqa: N801 - mimics torch.device
+        type = "cpu"
+
+
+class _FakeTrainer:
+    def __init__(self):
+        self.strategy, self.world_size, self.accumulate_grad_batches = _FakeStrategy(), 2, 1
+        self.sanity_checking, self.global_step, self.max_steps, self.callback_metrics = False, 0, 10, {}
+
+
+def test_training_stats_exclude_warmup_and_validation(monkeypatch):
+    import lra.callbacks as cb
+
+    clock = [100.0]
+    monkeypatch.setattr(cb.time, "perf_counter", lambda: clock[0])
+    stats, trainer = TrainingStats(warmup_steps=2), _FakeTrainer()
+    batch = {"input_ids": torch.zeros(4, 10, dtype=torch.long)}
+    stats.on_fit_start(trainer, None)
+
+    def step(seconds):
+        stats.on_train_batch_start(trainer, None, batch, 0)
+        clock[0] += seconds
+        trainer.global_step += 1
+        stats.on_train_batch_end(trainer, None, None, batch, 0)
+
+    step(50.0)
+    step(50.0)  # two warm-up steps: not measured
+    for _ in range(3):
+        step(1.0)
+    stats.on_validation_start(trainer, None)
+    clock[0] += 30.0  # validation: not training time
+    trainer.callback_metrics = {"val/acc": torch.tensor(0.75)}
+    stats.on_validation_end(trainer, None)
+    step(1.0)
+    stats.on_train_end(trainer, None)
+    s = stats.summary()
+    assert s["measured_steps"] == 4 and s["step_time_ms"] == pytest.approx(1000.0)
+    assert s["train_samples_per_s"] == pytest.approx(8.0)  # 4 samples x 2 processes per second
+    assert s["train_tokens_per_s"] == pytest.approx(80.0)
+    assert s["best_val_acc"] == 0.75 and s["time_to_best_s"] == pytest.approx(133.0)
+    assert s["val_acc_curve"] == [{"step": 5, "wall_s": 133.0, "val_acc": 0.75}]
+    # The checkpointed state restores the whole-run figures and continues the clock.
+    again = TrainingStats(warmup_steps=2)
+    again.load_state_dict(stats.state_dict())
+    assert again.summary()["wall_time_s"] == pytest.approx(134.0)
+    assert again.summary()["train_samples_per_s"] == pytest.approx(8.0)
