@@ -96,6 +96,9 @@ class TrainConfig:
     num_nodes: int = 1
     strategy: str = "auto"           # Lightning strategy: auto, ddp, ddp_spawn, fsdp, ...
     deterministic: bool = False
+    # Start from the weights of this `lra train` checkpoint (a smaller image's grid positions are
+    # upsampled by duplication: Path-64 -> Path-X / Path-256); see `lra.transfer`.
+    init_from: Optional[str] = None
 
 
 @dataclass

@@ -321,6 +321,13 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         raise ValueError(f"an interrupted run exists in {run_dir}; pass --resume to continue it "
                          f"or --force to start it over")
     resume_from = str(last) if resume and last.exists() else None
+    if config.train.init_from:
+        from lra.transfer import InitialWeights, check_compatible, read_checkpoint
+
+        # An incompatible checkpoint is a clear error before anything is written; the weights are
+        # loaded when a fresh fit starts (a resumed run restores its own weights instead).
+        check_compatible(read_checkpoint(config.train.init_from), config.model, spec)
+        callbacks = (*callbacks, InitialWeights(config.train.init_from))
     if rank0:
         dm.prepare_data()  # missing / corrupt data: a clear error before the run folder is touched
         if force and not resume_from:

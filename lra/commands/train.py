@@ -72,6 +72,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--force", action="store_true", help="train again even if the run exists")
     parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
                         help="rich progress bar (default: when the terminal is interactive)")
+    parser.add_argument("--init-from", default=None, metavar="CKPT",
+                        help="start from the weights of this lra checkpoint; a smaller image's positional "
+                             "grid is upsampled by duplication (Path-64 -> Path-X / Path-256)")
     add_run_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -102,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args, task=args.task, attention=args.attention, seed=args.seed,
                               seq_len=args.seq_len)
+    if args.init_from:
+        config.train.init_from = args.init_from
     try:
         record = train(config, resume=args.resume, force=args.force, progress_bar=args.progress)
     except RunFailed as failure:

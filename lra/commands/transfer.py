@@ -1,0 +1,222 @@
+"""`lra transfer`: the FlashAttention paper's Path-64 -> Path-X / Path-256 recipe as one resumable chain.
+
+Stages (each an ordinary `lra train` run with its own run folder and result.json):
+  data       generate / check the data of every stage and count the training splits
+  pretrain   Path-64, 200 epochs (Pathfinder-32 hyper-parameters)
+  finetune   the target from the pretrained checkpoint, positional grid duplicated (x2 / x4)
+  finetune2  Path-X only: another 200 epochs from the fine-tune's best-validation checkpoint
+  table      the stages' results and the accuracy table next to the paper's numbers
+A completed stage is skipped, an interrupted one resumes from its last.ckpt: rerunning the same
+command continues where it stopped. `--from-scratch` trains the baseline (the target from random
+weights, same schedule and length) for the comparison.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EPILOG = """\
+overrides are `key=value` for every stage or `STAGE:key=value` for one (stages: pretrain, finetune,
+finetune2, scratch). Keys are config keys (model.dim, optim.lr, train.batch_size, data.limit_train,
+attention.<option>, ...) or the recipe's epochs, warmup_epochs and evals_per_epoch, e.g. a scaled-down
+run:  lra transfer --target pathx data.limit_train=20000 epochs=4 pretrain:epochs=10
+
+examples:
+  lra transfer --target pathx                       # the paper's recipe (GPU, many hours)
+  lra transfer --target pathx --from-scratch        # the baseline: Path-X from random weights
+  lra transfer --target path256 --dry-run           # the plan, nothing run
+  lra transfer --target pathx --estimate-cost       # GPU-hours from measured step times
+  lra transfer --target pathx --preset smoke        # the chain in miniature (CPU, about a minute)
+
+exit status: 0 done, 1 a stage failed or ran out of memory (its result.json says why), 2 bad input.
+"""
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "transfer", help="Path-64 pretraining -> Path-X / Path-256 fine-tuning (the FlashAttention recipe)",
+        description="Run the FlashAttention paper's transfer recipe as a chain of `lra train` runs: "
+                    "prepare data, pretrain on Path-64, fine-tune on the target from the pretrained "
+                    "checkpoint with the positional grid duplicated, (Path-X) fine-tune again from the "
+                    "best checkpoint, print the table. Recipes: lra/presets/transfer/<target>.yaml.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True, choices=("pathx", "path256"), help="the task to reach")
+    parser.add_argument("--preset", default=None,
+                        help="recipe: <target>-transfer (the paper's, default) or smoke (CPU miniature)")
+    parser.add_argument("--attention", default=None,
+                        help="attention of the target stages (default: the recipe's: flash for pathx, "
+                             "flash_sparse for path256)")
+    parser.add_argument("--pretrain-attention", default=None,
+                        help="attention of the Path-64 pretraining (default: the recipe's, flash)")
+    parser.add_argument("--from-scratch", action="store_true",
+                        help="train the baseline instead: the target from random weights, same schedule and length")
+    parser.add_argument("--runs", "--runs-dir", dest="runs", default="runs", metavar="DIR",
+                        help="root of the run folders (default: runs)")
+    parser.add_argument("--data-dir", default=None, help="data root (default: the presets', usually data/)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of every stage (default: 0)")
+    parser.add_argument("--devices", default=None,
+                        help="Lightning devices per node: a count, indices like 0,1, or auto")
+    parser.add_argument("--num-nodes", type=int, default=None, help="nodes for multi-node DDP")
+    parser.add_argument("--strategy", default=None, help="Lightning strategy, e.g. ddp (default: auto)")
+    parser.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the model (default: on with CUDA, off on CPU)")
+    parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="rich progress bars (default: when the terminal is interactive)")
+    parser.add_argument("--dry-run", action="store_true", help="print the stages and their state; run nothing")
+    parser.add_argument("--estimate-cost", action="store_true",
+                        help="print the GPU-hours of the recipe from measured step times (the stages' own "
+                             "records, other records under --runs, or --step-ms); trains nothing")
+    parser.add_argument("--step-ms", action="append", default=[], metavar="STAGE=MS",
+                        help="measured training-step time of a stage for --estimate-cost (repeatable)")
+    parser.add_argument("--train-examples", action="append", default=[], metavar="TASK=N",
+                        help="training-split size for --estimate-cost / --dry-run without preparing the data")
+    parser.add_argument("--no-table", dest="table", action="store_false", help="do not print the tables at the end")
+    parser.add_argument("overrides", nargs="*", metavar="[STAGE:]KEY=VALUE",
+                        help="overrides for every stage, or one stage with a STAGE: prefix")
+    parser.set_defaults(func=run)
+
+
+def _pairs(items: list[str], flag: str, convert) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} {item!r}: expected NAME=VALUE")
+        try:
+            out[key.strip()] = convert(value.strip())
+        except ValueError:
+            raise ValueError(f"{flag} {item!r}: {value!r} is not a number") from None
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from lra import transfer
+    from lra.train import RunFailed
+
+    recipe = transfer.load_recipe(args.target, args.preset or f"{args.target}-transfer")
+    options = transfer.ChainOptions(attention=args.attention, pretrain_attention=args.pretrain_attention,
+                                    seed=args.seed, runs_dir=args.runs, data_dir=args.data_dir,
+                                    overrides=list(args.overrides), devices=args.devices,
+                                    num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile)
+    _check_attentions(options)
+    stages = transfer.plan_chain(recipe, options, from_scratch=args.from_scratch)
+    sizes = _pairs(args.train_examples, "--train-examples", int)
+    step_ms = _pairs(args.step_ms, "--step-ms", float)
+    unknown = sorted(set(step_ms) - set(recipe.stage_names()))
+    if unknown:
+        raise ValueError(f"--step-ms: no stage {unknown[0]!r}; stages: {', '.join(recipe.stage_names())}")
+    title = (f"lra transfer --target {recipe.target}: recipe {recipe.name!r} ({recipe.source})"
+             + (", from-scratch baseline" if args.from_scratch else ""))
+
+    if args.dry_run or args.estimate_cost:
+        for stage in stages:
+            if stage.config.task in sizes:
+                transfer.fix_length(stage, sizes[stage.config.task])
+        missing = sorted({s.config.task for s in stages if s.steps_per_epoch is None})
+        if args.estimate_cost and missing:
+            _count_by_preparing(transfer, stages, missing)
+        print(title)
+        print(transfer.describe_plan(stages))
+        if args.estimate_cost:
+            _print_cost(transfer, stages, step_ms, Path(args.runs))
+        elif missing:
+            print(f"(step counts need the training-split sizes of {', '.join(missing)}: they are counted when the "
+                  f"data is prepared, or pass --train-examples TASK=N)")
+        return 0
+
+    print(title)
+    try:
+        transfer.run_chain(stages, progress_bar=args.progress)
+    except RunFailed as failure:
+        print(failure.traceback, file=sys.stderr)
+        print(f"lra transfer: stage {failure.status}: {failure.error}\n  record: {failure.record_path}\n"
+              f"  fix the cause and rerun the same command: finished stages are skipped, this one resumes",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nlra transfer: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    if args.table:
+        _print_tables(transfer, recipe, stages, Path(args.runs))
+    return 0
+
+
+def _check_attentions(options) -> None:
+    from lra import attention as registry
+
+    for name in (options.attention, options.pretrain_attention):
+        if name is not None and name not in registry.available():
+            raise ValueError(f"unknown attention {name!r}; available: {', '.join(registry.available())}")
+
+
+def _count_by_preparing(transfer, stages, tasks: list[str]) -> None:
+    print(f"counting the training splits of {', '.join(tasks)} (prepares the data; --train-examples TASK=N "
+          f"skips this)", file=sys.stderr)
+    counted = {}
+    for stage in stages:
+        if stage.steps_per_epoch is None:
+            key = transfer.data_key(stage.config)
+            if key not in counted:
+                examples, batches = transfer.prepare_stage_data(stage)
+                counted[key] = (examples, batches, stage.val_batches)
+            examples, batches, stage.val_batches = counted[key]
+            transfer.fix_length(stage, examples, batches_one_device=batches)
+
+
+def _print_cost(transfer, stages, step_ms: dict, runs: Path) -> None:
+    import math
+
+    from tasks import TASKS
+
+    rows, commands = [], []
+    for stage in stages:
+        c = stage.config
+        if stage.name in step_ms:
+            ms, source = step_ms[stage.name], "--step-ms"
+        else:
+            ms, source = transfer.measured_step_ms(stage, [runs] if runs.exists() else [])
+        if ms is None:
+            commands.append(f"  {stage.name}: {transfer.measure_command(stage)}")
+        evals = math.ceil(c.train.max_steps / c.train.val_check_interval)
+        val_batches = stage.val_batches
+        if val_batches is None and stage.train_examples:
+            # Data not prepared: the validation split from the task's split fractions (80/10/10).
+            fractions = TASKS[c.task].options.get("split_fractions") if c.task in TASKS else None
+            if fractions:
+                val_examples = round(stage.train_examples / fractions[0] * fractions[1])
+                if c.data.limit_eval:
+                    val_examples = min(val_examples, c.data.limit_eval)
+                val_batches = math.ceil(val_examples / c.train.batch_size)
+        if val_batches is not None and c.train.limit_val_batches:
+            val_batches = min(val_batches, c.train.limit_val_batches)
+        rows.append(transfer.StageCost(
+            stage=stage.name, task=c.task, attention=c.attention, batch_size=c.train.batch_size,
+            devices=transfer.world_size(c), steps_per_epoch=stage.steps_per_epoch, epochs=stage.epochs,
+            evals=evals, val_batches=val_batches, step_ms=ms, step_source=source))
+    print("\nGPU-hours = GPUs x (steps x ms/step + evals x val batches x ms/val) / 3.6e6; "
+          "ms/val = ms/step / 3 unless measured; without prepared data, val batches follow the split fractions")
+    transfer.print_table(transfer.estimate_cost(rows))
+    if commands:
+        print("\nstages without a measured step time; measure them (then rerun with --runs runs-measure, or "
+              "pass --step-ms STAGE=MS from the result.json's step_time_ms):")
+        print("\n".join(commands))
+
+
+def _print_tables(transfer, recipe, stages, runs: Path) -> None:
+    from lra.cli import build_parser
+
+    print("\nstages:")
+    transfer.print_table(transfer.chain_summary(stages))
+    # The accuracy table of every stage of this recipe (and of its scratch baseline, when it ran),
+    # next to the published numbers.
+    presets = sorted({s.preset for s in [*recipe.stages, *([recipe.scratch] if recipe.scratch else [])]})
+    tasks = sorted({s.task for s in [*recipe.stages, *([recipe.scratch] if recipe.scratch else [])]})
+    argv = ["table", "accuracy", "--runs", str(runs), "--task", *tasks, "--preset", *presets]
+    print()
+    sys.stdout.flush()
+    try:
+        args = build_parser().parse_args(argv)
+        args.func(args)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        print(f"lra transfer: warning: no accuracy table ({err})", file=sys.stderr)
