@@ -28,6 +28,16 @@ def _attention_option_names() -> dict[str, list[str]]:
     return out
 
 
+def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
+    """Devices, multi-node DDP and compilation: shared by `lra train`, `lra sweep` and `lra transfer`."""
+    parser.add_argument("--devices", default=None,
+                        help="Lightning devices per node: a count, indices like 0,1, or auto")
+    parser.add_argument("--num-nodes", type=int, default=None, help="nodes for multi-node DDP")
+    parser.add_argument("--strategy", default=None, help="Lightning strategy, e.g. ddp (default: auto)")
+    parser.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the model (default: on with CUDA, off on CPU)")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by `lra train` and `lra sweep`."""
     parser.add_argument("--preset", default="paper",
@@ -35,12 +45,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                              "smoke (tiny, CPU seconds), ... (default: paper)")
     parser.add_argument("--runs-dir", default="runs", help="root of the run folders (default: runs)")
     parser.add_argument("--data-dir", default=None, help="data root (default: $LRA_DATA, else ./data)")
-    parser.add_argument("--devices", default=None,
-                        help="Lightning devices per node: a count, indices like 0,1, or auto")
-    parser.add_argument("--num-nodes", type=int, default=None, help="nodes for multi-node DDP")
-    parser.add_argument("--strategy", default=None, help="Lightning strategy, e.g. ddp (default: auto)")
-    parser.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="torch.compile the model (default: on with CUDA, off on CPU)")
+    add_hardware_arguments(parser)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, e.g. model.dim=128 optim.lr=3e-4 attention.nb_features=64")
     for option, users in sorted(_attention_option_names().items()):

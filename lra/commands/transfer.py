@@ -16,6 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lra.commands.train import add_hardware_arguments
+
 EPILOG = """\
 overrides are `key=value` for every stage or `STAGE:key=value` for one (stages: pretrain, finetune,
 finetune2, scratch). Keys are config keys (model.dim, optim.lr, train.batch_size, data.limit_train,
@@ -55,12 +57,7 @@ def add_parser(sub) -> None:
                         help="root of the run folders (default: runs)")
     parser.add_argument("--data-dir", default=None, help="data root (default: the presets', usually data/)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of every stage (default: 0)")
-    parser.add_argument("--devices", default=None,
-                        help="Lightning devices per node: a count, indices like 0,1, or auto")
-    parser.add_argument("--num-nodes", type=int, default=None, help="nodes for multi-node DDP")
-    parser.add_argument("--strategy", default=None, help="Lightning strategy, e.g. ddp (default: auto)")
-    parser.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="torch.compile the model (default: on with CUDA, off on CPU)")
+    add_hardware_arguments(parser)
     parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
                         help="rich progress bars (default: when the terminal is interactive)")
     parser.add_argument("--dry-run", action="store_true", help="print the stages and their state; run nothing")
