@@ -1,13 +1,17 @@
 """Attention dropout: seeds, thresholds and the keep-mask testing helper.
 
-Scheme (implemented by ``triton_attention.dropout_keep``): every call draws one 64-bit seed from
-torch's default generator for the device of q (``torch.manual_seed`` makes runs reproducible).
+Scheme (implemented by ``triton_attention.dropout_keep``, the one Triton function that the
+forward, both backward passes and :func:`dropout_keep_mask` call): every call draws one 64-bit seed
+from torch's default generator for the device of q (``torch.manual_seed`` makes runs reproducible).
 Element ``(b, h, i, j)`` of the probability matrix is kept iff
 
-    Philox4x32-10(key=seed, counter=(j, i, b * H + h, 0))[0] >> 1  >=  round(dropout_p * 2**31)
+    Philox4x32-10(key=seed, counter=(j // 4, i, b * H + h, 0))[j % 4] >> 1  >=  round(dropout_p * 2**31)
 
-and kept probabilities are scaled by ``1 / (1 - dropout_p)``. The counter words are the key index,
-the query index and the (batch, head) index, each below 2**32, so nothing wraps at N = 64K
+and kept probabilities are scaled by ``1 / (1 - dropout_p)``. One Philox evaluation yields four
+32-bit words; word ``r`` of the call for key group ``g`` decides key ``4 * g + r``, so a tile costs
+one Philox call per query row and 4 keys (tiles start at multiples of 4 keys, so a group never
+straddles two tiles). The counter words are the key-group index (below 2**30 for N_k < 2**32), the
+query index and the (batch, head) index, each below 2**32, so nothing wraps at N = 64K
 (N_q * N_k = 2**32) or beyond, and the mask does not depend on tile sizes: the backward passes,
 with their own tiles, regenerate exactly the forward's mask.
 """

@@ -24,9 +24,11 @@ dK/dV in one pass over key tiles and dQ in another pass over query tiles: every 
 written by exactly one program, so the backward is deterministic and uses no atomics.
 
 Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-10 keyed by a 64-bit seed, with
-the counter ``(key index, query index, batch * heads + head, 0)``. Every (b, h, i, j) has its own
-counter whatever the tile sizes, so the backward passes regenerate exactly the forward's mask and
-no counter wraps even when N_q * N_k > 2**32 (each word stays below 2**32 for any N < 2**32).
+the counter ``(key index // 4, query index, batch * heads + head, 0)`` and output word
+``key index % 4`` deciding the element, so one Philox call serves 4 keys. Every (b, h, i, j) has
+its own (counter, word) pair whatever the tile sizes, so the backward passes regenerate exactly the
+forward's mask and no counter wraps even when N_q * N_k > 2**32 (each word stays below 2**32 for
+any N < 2**32).
 
 No ``tl.make_block_ptr``: all addressing is pointer arithmetic with the caller's strides, so
 non-contiguous views (e.g. slices of a fused QKV projection) are read in place.
@@ -76,19 +78,28 @@ def _store_tile(ptrs, x, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr,
 
 
 @triton.jit
-def dropout_keep(seed, bh, row_ids, col_ids, zero, threshold):
-    """Dropout keep-mask of one tile (shape of ``zero``, a uint32 zero tile).
+def dropout_keep(seed, bh, rows, start_n, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Dropout keep-mask (bool, (BLOCK_M, BLOCK_N)) of query rows ``rows`` x keys
+    ``start_n + [0, BLOCK_N)`` of (batch * heads + head) ``bh``; ``start_n`` is a multiple of 4.
 
-    Philox-4x32-10 (Salmon et al., 2011) keyed by the 64-bit ``seed`` with counter
-    ``(col, row, bh, 0)``; an element is kept iff the top 31 bits of the first output word are
-    ``>= threshold`` where ``threshold = round(dropout_p * 2**31)``. ``row_ids``/``col_ids`` are
-    absolute query/key indices that broadcast to the tile shape.
+    Philox-4x32-10 (Salmon et al., 2011) keyed by the 64-bit ``seed``, one call per query row and
+    group of 4 consecutive keys: counter ``(j // 4, i, bh, 0)``, whose output word ``j % 4`` decides
+    key ``j``; it is kept iff its top 31 bits are ``>= threshold`` (``round(dropout_p * 2**31)``).
+    The four (BLOCK_M, BLOCK_N // 4) output words are interleaved along the key axis with
+    ``tl.join`` + ``tl.reshape``. Every pass builds its mask with this one function (the dK/dV
+    pass transposes the result), so all of them agree bit for bit.
     """
-    c0 = zero + col_ids.to(tl.uint32)
-    c1 = zero + row_ids.to(tl.uint32)
+    tl.static_assert(BLOCK_N % 4 == 0, "dropout_keep: BLOCK_N must be a multiple of 4")
+    zero = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.uint32)
+    quads = start_n // 4 + tl.arange(0, BLOCK_N // 4)
+    c0 = zero + quads[None, :].to(tl.uint32)
+    c1 = zero + rows[:, None].to(tl.uint32)
     c2 = zero + bh.to(tl.uint32)
-    r0, _r1, _r2, _r3 = tl.philox(seed, c0, c1, c2, zero)
-    return (r0 >> 1).to(tl.int32) >= threshold
+    r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, zero)
+    # join(join(r0, r2), join(r1, r3))[m, g, a, b] = r[2a + b]: row-major reshape puts word r of
+    # group g at key 4g + r
+    words = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), (BLOCK_M, BLOCK_N))
+    return (words >> 1).to(tl.int32) >= threshold
 
 
 @triton.jit
@@ -151,8 +162,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptr
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, bh, offs_m[:, None], cols[None, :],
-                                tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.uint32), drop_threshold)
+            keep = dropout_keep(seed, bh, offs_m, start_n, drop_threshold, BLOCK_M, BLOCK_N)
             p = tl.where(keep, p, 0.0)
         v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
@@ -279,7 +289,7 @@ def flash_bwd_preprocess_kernel(
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base, lo, hi,
-                offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
+                start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
                 drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                 SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
@@ -309,8 +319,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_bas
                 pT = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, pT, 0.0)
         dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
         if HAS_DROPOUT:
-            keepT = dropout_keep(seed, bh, rows[None, :], offs_n[:, None],
-                                 tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.uint32), drop_threshold)
+            keepT = tl.trans(dropout_keep(seed, bh, rows, start_n, drop_threshold, BLOCK_M, BLOCK_N))
             pT_used = tl.where(keepT, pT * drop_scale, 0.0)
             dpT = tl.where(keepT, dpT * drop_scale, 0.0)
         else:
@@ -386,14 +395,14 @@ def flash_bwd_dkdv_kernel(
             part_hi = 0
         full_hi = n_m_tiles
     dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base,
-                         full_lo, full_hi, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed,
-                         pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_M, EVEN_D, False, IS_CAUSAL,
-                         HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+                         full_lo, full_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale,
+                         seed, pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_M, EVEN_D, False,
+                         IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
     if IS_CAUSAL or SPARSE:
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base,
-                             part_lo, part_hi, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed,
-                             pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_M, EVEN_D, True, IS_CAUSAL,
-                             HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+                             part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset,
+                             qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_M, EVEN_D,
+                             True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
     dk = dk * sm_scale
     if HAS_PAD:
         # a padded key gets no probability from any query: its dK and dV are exactly zero
@@ -442,8 +451,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pa
             p = tl.where(padded[None, :] == 0, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
         if HAS_DROPOUT:
-            keep = dropout_keep(seed, bh, offs_m[:, None], cols[None, :],
-                                tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.uint32), drop_threshold)
+            keep = dropout_keep(seed, bh, offs_m, start_n, drop_threshold, BLOCK_M, BLOCK_N)
             dp = tl.where(keep, dp * drop_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PREC)
@@ -533,7 +541,6 @@ def dropout_mask_kernel(OUT, SEED, H, N_Q, N_K, drop_threshold, BLOCK_M: tl.cons
     pid_bh = tl.program_id(2)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    keep = dropout_keep(tl.load(SEED), pid_bh, rows[:, None], cols[None, :],
-                        tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.uint32), drop_threshold)
+    keep = dropout_keep(tl.load(SEED), pid_bh, rows, pid_n * BLOCK_N, drop_threshold, BLOCK_M, BLOCK_N)
     ptrs = OUT + pid_bh.to(tl.int64) * N_Q * N_K + rows[:, None].to(tl.int64) * N_K + cols[None, :]
     tl.store(ptrs, keep.to(tl.uint8), mask=(rows[:, None] < N_Q) & (cols[None, :] < N_K))

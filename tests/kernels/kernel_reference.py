@@ -74,6 +74,10 @@ def philox4x32(seed: int, c0, c1, c2, c3, rounds: int = 10):
 
 def dropout_keep_reference(seed: int, heads: int, rows: np.ndarray, cols: np.ndarray, b: int, h: int,
                            dropout_p: float) -> np.ndarray:
-    """The documented scheme: keep (i, j) of (b, h) iff Philox(seed, (j, i, b*H+h, 0))[0] >> 1 >= round(p * 2**31)."""
-    r0 = philox4x32(seed, cols[None, :], rows[:, None], np.uint32(b * heads + h), np.uint32(0))[0]
-    return (r0 >> np.uint32(1)).astype(np.int64) >= min(int(round(dropout_p * 2**31)), 2**31 - 1)
+    """The documented scheme: keep (i, j) of (b, h) iff
+    Philox(seed, (j // 4, i, b*H+h, 0))[j % 4] >> 1 >= round(p * 2**31)."""
+    cols = np.asarray(cols)
+    words = philox4x32(seed, (cols // 4)[None, :], rows[:, None], np.uint32(b * heads + h), np.uint32(0))
+    words = np.stack(np.broadcast_arrays(*words))  # (4, rows, cols)
+    r = np.take_along_axis(words, np.broadcast_to(cols % 4, words.shape[1:])[None], axis=0)[0]
+    return (r >> np.uint32(1)).astype(np.int64) >= min(int(round(dropout_p * 2**31)), 2**31 - 1)
