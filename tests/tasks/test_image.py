@@ -73,7 +73,11 @@ def test_unpickler_refuses_code(tmp_path, write_cifar):
         image.read_batch(folder / "test_batch")
 
 
-def test_missing_cifar_says_how_to_get_it(tmp_path):
+def test_missing_cifar_says_how_to_get_it(tmp_path, monkeypatch):
+    # The message a user without the tfds extra sees (with tfds, auto would download through it).
+    from tasks import tfds_source
+
+    monkeypatch.setattr(tfds_source, "installed", lambda: False)
     with pytest.raises(FileNotFoundError) as err:
         build_datamodule("image", data_dir=tmp_path, batch_size=2)
     msg = str(err.value)

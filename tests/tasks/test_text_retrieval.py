@@ -40,14 +40,16 @@ def test_imdb_folder_bytes_labels_and_validation_carve(tmp_path, write_imdb):
     assert torch.equal(batch["padding_mask"], batch["input_ids"] == 0)
 
 
-def test_imdb_errors(tmp_path, write_imdb):
+def test_imdb_errors(tmp_path, write_imdb, monkeypatch):
+    # The messages a user without the tfds extra sees (with tfds, auto would download through it).
+    monkeypatch.setattr(text.tfds_source, "installed", lambda: False)
     with pytest.raises(FileNotFoundError) as err:
         build_datamodule("text", data_dir=tmp_path, batch_size=2)
     msg = str(err.value)
     assert "aclImdb/{train,test}/{pos,neg}/*.txt" in msg and "aclImdb_v1.tar.gz" in msg and "lra[tfds]" in msg
-    if not text.tfds_source.installed():
-        with pytest.raises(FileNotFoundError, match="IMDB through tfds needs tensorflow-datasets"):
-            build_datamodule("text", data_dir=tmp_path, batch_size=2, source="tfds")
+    with pytest.raises(FileNotFoundError, match="IMDB through tfds needs tensorflow-datasets"):
+        build_datamodule("text", data_dir=tmp_path, batch_size=2, source="tfds")
+    monkeypatch.undo()
     root = write_imdb(tmp_path)
     (root / "train" / "pos" / "3_7.txt").write_bytes(b"  \n")
     dm = build_datamodule("text", data_dir=tmp_path, batch_size=2)
