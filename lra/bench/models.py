@@ -78,6 +78,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="keep the cells already in --out (ok/oom/unsupported) and measure only the rest")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--attention-dropout", type=float, default=0.1, metavar="P",
+                        help="attention-probability dropout of the model (default 0.1, the paper's); 0 isolates "
+                             "the cost of dropout — write such runs to their own --out")
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -151,16 +154,20 @@ def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dic
     settings = {"attentions": attentions, "seq_lens": seq_lens, "long_seq_lens": long_lens,
                 "long_attentions": list(LONG_ATTENTIONS), "regimes": regimes, "modes": modes,
                 "steps": args.steps, "warmup": args.warmup, "grad_clip": args.grad_clip,
-                "options": {k: v for k, v in options.items() if v}, "seed": args.seed}
+                "options": {k: v for k, v in options.items() if v}, "seed": args.seed,
+                "attention_dropout": args.attention_dropout}
+    if not 0.0 <= args.attention_dropout < 1.0:
+        raise ValueError(f"--attention-dropout must be in [0, 1), got {args.attention_dropout}")
     return cells, settings
 
 
 # ------------------------------------------------------------------------------------------ measuring
-def paper_model_config():
+def paper_model_config(attention_dropout: float = 0.1):
     """The FlashAttention paper's LRA model (Nyströmformer's LRA settings) — see lra/config.py."""
     from lra.config import ModelConfig
 
-    return ModelConfig(dim=64, depth=2, num_heads=2, head_dim=32, mlp_dim=128, dropout=0.1, attention_dropout=0.1,
+    return ModelConfig(dim=64, depth=2, num_heads=2, head_dim=32, mlp_dim=128, dropout=0.1,
+                       attention_dropout=attention_dropout,
                        positional="learned", grid_positions=False, pooling="mean")
 
 
@@ -186,7 +193,8 @@ def _free_memory(device) -> None:
         torch.cuda.empty_cache()
 
 
-def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int) -> dict:
+def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
+            attention_dropout: float = 0.1) -> dict:
     """Time one cell. Raises on OOM and other errors (the caller records them)."""
     import torch
     import torch.nn.functional as F
@@ -197,7 +205,7 @@ def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_
     cuda = device.type == "cuda"
     batch = cell.batch_size
     try:
-        model = build_model(paper_model_config(), DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
+        model = build_model(paper_model_config(attention_dropout), DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                                                            max_len=cell.seq_len),
                             attention=cell.attention, attention_options=options, seed=seed)
     except ValueError as err:  # the registry refuses this length / option combination
@@ -273,7 +281,8 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
     return f"{type(err).__name__}: {text[:limit]}"
 
 
-def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int) -> dict:
+def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
+             attention_dropout: float = 0.1) -> dict:
     """Measure one cell and turn every outcome into a CSV row."""
     from lra import attention as registry
 
@@ -289,7 +298,7 @@ def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad
     outcome, failure = None, None
     try:
         outcome = measure(cell, device=device, options=options, steps=steps, warmup=warmup, grad_clip=grad_clip,
-                          seed=seed)
+                          seed=seed, attention_dropout=attention_dropout)
     except Exception as err:  # noqa: BLE001 - every failure becomes a row; the sweep goes on
         status = "unsupported" if isinstance(err, Unsupported) else "oom" if _is_oom(err) else "error"
         failure = (status, str(err).strip().splitlines()[0][:200] if status == "unsupported" else _first_line(err))
@@ -328,7 +337,8 @@ def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
         f"CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}",
         f"- Date: {meta.get('date')}; git revision: {meta.get('git_rev')}",
         f"- Command: `{meta.get('command')}`",
-        "- Model: `paper` size (dim 64, MLP 128, 2 heads × 32, 2 layers, dropout 0.1), bf16 autocast on GPU, "
+        "- Model: `paper` size (dim 64, MLP 128, 2 heads × 32, 2 layers, dropout 0.1, attention dropout "
+        f"{meta['settings'].get('attention_dropout', 0.1)}), bf16 autocast on GPU, "
         "fused AdamW on CUDA; one step = forward + backward + clip + optimizer step; median over "
         f"{meta['settings']['steps']} timed steps after {meta['settings']['warmup']} warm-up steps.",
         "- Same tokens per batch at every length (batch = tokens ÷ N): "
@@ -373,7 +383,7 @@ def run(args) -> int:
                 rows.append(row)
                 done.add((r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])))
     meta = provenance.collect()
-    meta.update(benchmark="lra bench models", settings=settings, model=dataclasses.asdict(paper_model_config()),
+    meta.update(benchmark="lra bench models", settings=settings, model=dataclasses.asdict(paper_model_config(args.attention_dropout)),
                 input={"vocab_size": VOCAB_SIZE, "num_classes": NUM_CLASSES, "padding": False},
                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if device.type == "cuda" else None,
                 bench_device=str(device))
@@ -398,7 +408,8 @@ def run(args) -> int:
                 row = _row(cell, "oom", f"not run: out of memory already at N={format_seq_len(first_oom)}")
             else:
                 row = run_cell(cell, device=device, options=settings["options"].get(cell.attention, {}),
-                               steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed)
+                               steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed,
+                               attention_dropout=args.attention_dropout)
             if row["status"] == "oom":
                 k = (cell.attention, cell.regime, cell.compile)
                 oom_at[k] = min(oom_at.get(k, 1 << 62), cell.seq_len)

@@ -50,6 +50,10 @@ def test_plan_options_and_errors():
         models.plan(parse("--options", "backend=math"), REGISTERED, "cpu")
     with pytest.raises(ValueError, match="bad sequence length"):
         models.plan(parse("--seq-lens", "1M"), REGISTERED, "cpu")
+    _, settings = models.plan(parse("--attention-dropout", "0"), REGISTERED, "cpu")
+    assert settings["attention_dropout"] == 0.0 and models.paper_model_config(0.0).attention_dropout == 0.0
+    with pytest.raises(ValueError, match="--attention-dropout must be in"):
+        models.plan(parse("--attention-dropout", "1.5"), REGISTERED, "cpu")
 
 
 @pytest.fixture
