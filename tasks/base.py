@@ -23,6 +23,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .resumable_loader import EpochPermutationSampler, ResumableDataLoader
+
 SPLITS = ("train", "val", "test")
 
 
@@ -219,22 +221,37 @@ class LraDataModule(pl.LightningDataModule):
             self.split_sizes[split] = len(self.datasets[split])
         return self.datasets[split]
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        generator = torch.Generator()
-        generator.manual_seed(self.seed)
-        return DataLoader(self.dataset(split), batch_size=self.batch_size, shuffle=shuffle,
-                          num_workers=self.num_workers, generator=generator if shuffle else None,
-                          pin_memory=torch.cuda.is_available(),
+    def _shard(self) -> tuple[int, int]:
+        """(world size, global rank) of the attached trainer; (1, 0) outside one."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 1, 0
+        return int(trainer.world_size), int(trainer.global_rank)
+
+    def _loader(self, split: str) -> DataLoader:
+        return DataLoader(self.dataset(split), batch_size=self.batch_size, shuffle=False,
+                          num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
                           persistent_workers=self.num_workers > 0, drop_last=False)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+    def train_dataloader(self) -> ResumableDataLoader:
+        """Shuffled by the run seed, a new order each epoch (a permutation of (seed, epoch)); under
+        DDP each rank reads its own disjoint shard. Resumable mid-epoch: Lightning checkpoints its
+        position and a resumed run continues with exactly the batches it would have seen."""
+        world, rank = self._shard()
+        dataset = self.dataset("train")
+        sampler = EpochPermutationSampler(dataset, seed=self.seed, num_replicas=world, rank=rank)
+        generator = torch.Generator()  # seeds the worker processes' RNGs reproducibly
+        generator.manual_seed(self.seed)
+        return ResumableDataLoader(dataset, sampler=sampler, batch_size=self.batch_size,
+                                   num_workers=self.num_workers, generator=generator,
+                                   pin_memory=torch.cuda.is_available(),
+                                   persistent_workers=self.num_workers > 0, drop_last=False)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
+        return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        return self._loader("test")
 
     def describe(self) -> str:
         return f"{self.task}: {self.source.describe()}"

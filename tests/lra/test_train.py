@@ -302,3 +302,41 @@ def test_training_stats_exclude_warmup_and_validation(monkeypatch):
     again.load_state_dict(stats.state_dict())
     assert again.summary()["wall_time_s"] == pytest.approx(134.0)
     assert again.summary()["train_samples_per_s"] == pytest.approx(8.0)
+
+
+class RecordBatches(pl.Callback):
+    """A digest of every training batch's input_ids, in the order trained."""
+
+    def __init__(self):
+        self.digests = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import hashlib
+
+        ids = batch["input_ids"].detach().cpu().contiguous().numpy()
+        self.digests.append(hashlib.sha1(ids.tobytes()).hexdigest())
+
+
+@pytest.mark.parametrize("crash_at", [4, 6, 9])  # mid first epoch, at its end, mid second epoch
+def test_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(tmp_path, data_dir, crash_at):
+    import warnings
+
+    # 48 examples in batches of 8: 6 batches an epoch, so 11 steps cross an epoch boundary.
+    overrides = [*FAST, "train.max_steps=11", "train.val_check_interval=5"]
+    whole = RecordBatches()
+    train(resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "whole",
+                  data_dir=data_dir, overrides=overrides), callbacks=[whole], progress_bar=False)
+    assert len(whole.digests) == 11 and whole.digests[:5] != whole.digests[6:11]
+
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "cut",
+                     data_dir=data_dir, overrides=overrides)
+    before, after = RecordBatches(), RecordBatches()
+    with pytest.raises(RunFailed):
+        train(config, callbacks=[before, Crash(crash_at, RuntimeError("power cut"))], progress_bar=False)
+    assert len(before.digests) == crash_at
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec = train(config, resume=True, callbacks=[after], progress_bar=False)
+    assert rec["status"] == "completed" and rec["steps"] == 11
+    assert before.digests + after.digests == whole.digests
+    assert not [w for w in caught if "not resumable" in str(w.message)]

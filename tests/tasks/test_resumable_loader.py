@@ -1,0 +1,117 @@
+"""The resumable training loader: (seed, epoch) order, disjoint DDP shards, and a state round trip
+that continues an interrupted epoch with exactly the batches it would have seen."""
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning_fabric.utilities.types import _Stateful
+from torch.utils.data import Dataset
+
+from tasks.resumable_loader import EpochPermutationSampler, ResumableDataLoader
+
+
+class Indices(Dataset):
+    """Example i is i; records which examples were loaded (main process only)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.loaded: list[int] = []
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.loaded.append(int(i))
+        return torch.tensor(i)
+
+
+def loader(n=23, batch_size=4, seed=7, epoch=0, world=1, rank=0, **kw) -> ResumableDataLoader:
+    data = Indices(n)
+    sampler = EpochPermutationSampler(data, seed=seed, num_replicas=world, rank=rank)
+    sampler.set_epoch(epoch)
+    return ResumableDataLoader(data, sampler=sampler, batch_size=batch_size, **kw)
+
+
+def batches(dl) -> list[list[int]]:
+    return [b.tolist() for b in dl]
+
+
+def test_order_is_a_seeded_permutation_new_each_epoch():
+    first = sum(batches(loader(epoch=0)), [])
+    assert sorted(first) == list(range(23))
+    assert first == sum(batches(loader(epoch=0)), [])          # a function of (seed, epoch)
+    assert first != sum(batches(loader(epoch=1)), [])          # a new order each epoch
+    assert first != sum(batches(loader(epoch=0, seed=8)), [])  # and of the seed
+    assert first != list(range(23))
+
+
+def test_ddp_ranks_read_disjoint_shards_covering_the_data():
+    shards = [sum(batches(loader(n=24, world=2, rank=r, epoch=3)), []) for r in range(2)]
+    assert set(shards[0]).isdisjoint(shards[1])
+    assert sorted(shards[0] + shards[1]) == list(range(24))
+
+
+@pytest.mark.parametrize("world,rank,num_workers", [(1, 0, 0), (2, 1, 0), (1, 0, 2)])
+def test_state_round_trip_skips_exactly_the_consumed_batches(world, rank, num_workers):
+    kw = dict(world=world, rank=rank, epoch=2, num_workers=num_workers)
+    full = batches(loader(**kw))
+    interrupted = loader(**kw)
+    assert isinstance(interrupted, _Stateful)  # what Lightning checks before saving its state
+    it = iter(interrupted)
+    seen = [next(it).tolist() for _ in range(2)]
+    state = interrupted.state_dict()
+    assert state == {"epoch": 2, "batches_done": 2}
+    assert seen == full[:2]
+
+    resumed = loader(**{**kw, "epoch": 0})  # a fresh process: the epoch comes from the state
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state
+    assert batches(resumed) == full[2:]
+    assert resumed.state_dict() == {"epoch": 2, "batches_done": len(full)}
+    if num_workers == 0:  # the skipped examples are never loaded
+        assert sorted(resumed.dataset.loaded) == sorted(sum(full[2:], []))
+    resumed.sampler.set_epoch(3)  # the next epoch is whole again
+    assert batches(resumed) == batches(loader(**{**kw, "epoch": 3}))
+
+
+def test_state_saved_after_the_last_batch_resumes_at_the_next_epoch():
+    done = loader(epoch=4)
+    batches(done)
+    resumed = loader()
+    resumed.load_state_dict(done.state_dict())
+    assert resumed.sampler.epoch == 5
+    assert batches(resumed) == batches(loader(epoch=5))
+
+
+def test_a_restored_position_only_applies_to_its_own_epoch():
+    resumed = loader()
+    resumed.load_state_dict({"epoch": 1, "batches_done": 3})
+    resumed.sampler.set_epoch(2)
+    assert batches(resumed) == batches(loader(epoch=2))
+
+
+def test_bad_state_and_drop_last_are_clear_errors():
+    with pytest.raises(ValueError, match="batches_done"):
+        loader().load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match="negative"):
+        loader().load_state_dict({"epoch": 0, "batches_done": -1})
+    with pytest.raises(ValueError, match="drop_last"):
+        loader(drop_last=True)
+
+
+def test_datamodule_train_loader_is_resumable_and_sharded_by_the_trainer(nested, write_listops):
+    from types import SimpleNamespace
+
+    from tasks import build_datamodule
+
+    data_dir, inner = nested
+    write_listops(inner)
+    dm = build_datamodule("listops", data_dir=data_dir, batch_size=1, seed=3)
+    dm.setup("fit")
+    single = dm.train_dataloader()
+    assert isinstance(single, ResumableDataLoader) and isinstance(single, _Stateful)
+    assert single.sampler.seed == 3 and single.sampler.num_replicas == 1 and len(single) == 4
+    dm.trainer = SimpleNamespace(world_size=2, global_rank=1)
+    shard = dm.train_dataloader()
+    assert (shard.sampler.num_replicas, shard.sampler.rank, len(shard)) == (2, 1, 2)
+    assert not isinstance(dm.val_dataloader(), ResumableDataLoader)  # evaluation order is fixed
