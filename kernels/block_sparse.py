@@ -7,12 +7,21 @@ causal flag, tile sizes) it derives and caches three *plans*, one per kernel pas
 
 - forward and dQ pass: for every (head, query tile) the key tiles to visit (``kv_indices`` /
   ``kv_num_blocks`` in FlexAttention's terms);
-- dK/dV pass: the transposed lists, for every (head, key tile) the query tiles to visit.
+- dK/dV pass: the transposed lists, for every (head, key tile) the query tiles to visit;
+- per pass, the launch order of the tile rows (heaviest first, see *Scheduling* below).
 
 Each list holds the tiles that need no element mask first, then the partial ones (causal diagonal,
 ragged last tile); ``counts[..., 0]`` / ``counts[..., 1]`` are the ends of the two groups. Tiles
 that causal masking hides completely are dropped. Kernel tiles divide ``block_size`` (tile sides
 are clamped to it), so a layout block maps onto whole tiles.
+
+Scheduling: rows of very unequal length (BigBird's global rows visit every tile, ~4x the others)
+launched in natural order finish last and leave the GPU idle (a load-imbalance tail). Each plan
+therefore also holds, in ``counts[h, :, 2]``, the tile rows of head h sorted by descending work
+(longest-processing-time-first, Graham 1969); the kernels map their program id through it with one
+int32 load, taking the heads in groups of ``LPT_HEAD_GROUP`` with the group's heaviest rows first
+(see ``_program_tile`` in :mod:`kernels.triton_attention`). Only the order of independent programs
+changes, so results are bit-identical, and dropout (keyed by real row/column indices) is unaffected.
 """
 from __future__ import annotations
 
@@ -40,7 +49,11 @@ def _check_block_size(block_size) -> int:
 
 def _tile_plan(layout: torch.Tensor, block_size: int, n_q: int, n_k: int, causal: bool, block_m: int,
                block_n: int, transposed: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index lists (Hl, rows, width) int32 and counts (Hl, rows, 2) int32 of one kernel pass."""
+    """Index lists (Hl, rows, width) int32 and counts (Hl, rows, 3) int32 of one kernel pass.
+
+    ``counts[h, r, :2]`` are the ends of tile row r's full and partial groups; ``counts[h, :, 2]`` is
+    the launch order of the pass: ``counts[h, p, 2]`` is head h's tile row with the p-th most work.
+    """
     device = layout.device
     n_m, n_n = -(-n_q // block_m), -(-n_k // block_n)
     mt = torch.arange(n_m, device=device)
@@ -63,7 +76,11 @@ def _tile_plan(layout: torch.Tensor, block_size: int, n_q: int, n_k: int, causal
         group = group.transpose(1, 2)
     width = group.shape[-1]
     order = torch.argsort(group * width + torch.arange(width, device=device), dim=-1)
-    counts = torch.stack([(group == 0).sum(-1), (group < 2).sum(-1)], dim=-1).to(torch.int32).contiguous()
+    n_full, n_visit = (group == 0).sum(-1), (group < 2).sum(-1)
+    # launch order, longest-processing-time first: program slot r of a head runs the tile row with the
+    # r-th most tiles to visit (ties: more partial tiles first, then natural order; the sort is stable)
+    launch = torch.argsort(-(n_visit * (width + 1) + (n_visit - n_full)), dim=-1, stable=True)
+    counts = torch.stack([n_full, n_visit, launch], dim=-1).to(torch.int32).contiguous()
     keep = max(int(counts[..., 1].max()), 1)
     return order[..., :keep].to(torch.int32).contiguous(), counts
 

@@ -41,6 +41,12 @@ def _sparse_strides(idx: Optional[Tensor], cnt: Optional[Tensor]) -> tuple[int, 
     return head_i, idx.stride(1), head_c, cnt.stride(1)
 
 
+def _grid(n_rows: int, bh: int, sparse: bool) -> tuple[int, ...]:
+    """Dense: (tile rows, batch * heads). Block-sparse: one flat axis that the kernels map onto
+    (tile row, batch * head) in longest-processing-time-first order (``_program_tile``)."""
+    return (n_rows * bh,) if sparse else (n_rows, bh)
+
+
 def _dropout_args(dropout_p: float) -> tuple[int, float]:
     if dropout_p > 0.0:
         return keep_threshold(dropout_p), 1.0 / (1.0 - dropout_p)
@@ -87,7 +93,7 @@ def flash_fwd(
     pad = key_padding_mask.view(torch.uint8) if key_padding_mask is not None else q
     sparse = fwd_indices is not None
     drop_threshold, drop_scale = _dropout_args(dropout_p)
-    grid = (triton.cdiv(n_q, t.block_m), B * H)
+    grid = _grid(triton.cdiv(n_q, t.block_m), B * H, sparse)
     with _device_guard(q):
         kern.flash_fwd_kernel[grid](
             q, k, v, out, lse, pad, seed if seed is not None else q,
@@ -148,7 +154,7 @@ def flash_bwd(
             BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None,
         )
         t = all_tiles.dkdv
-        kern.flash_bwd_dkdv_kernel[(triton.cdiv(n_k, t.block_n), B * H)](
+        kern.flash_bwd_dkdv_kernel[_grid(triton.cdiv(n_k, t.block_n), B * H, sparse)](
             q, k, v, grad_out, dk, dv, lse2, delta, pad, seed_arg,
             dkdv_indices if sparse else q, dkdv_counts if sparse else q,
             *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dk), *_s4(dv), *pad_strides,
@@ -158,7 +164,7 @@ def flash_bwd(
             num_warps=t.num_warps, num_stages=t.num_stages,
         )
         t = all_tiles.dq
-        kern.flash_bwd_dq_kernel[(triton.cdiv(n_q, t.block_m), B * H)](
+        kern.flash_bwd_dq_kernel[_grid(triton.cdiv(n_q, t.block_m), B * H, sparse)](
             q, k, v, grad_out, dq, lse2, delta, pad, seed_arg,
             dq_indices if sparse else q, dq_counts if sparse else q,
             *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,

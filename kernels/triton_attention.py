@@ -11,6 +11,9 @@ tiles of one tile row (block-sparse, ``SPARSE=True``; the list comes from
 - *partial* tiles: the causal diagonal and the ragged last key tile, where the element masks are
   applied (``MASKED=True``).
 
+Block-sparse programs take their tile row from the plan's launch order (heaviest rows first,
+:func:`_program_tile`); dense ones from the program id (reversed for causal query tiles).
+
 The key-padding mask, when given (``HAS_PAD``), is applied on every key tile of the forward and
 dQ pass; the dK/dV pass needs it only once, at the end, because a padded key's dK/dV rows are
 exactly zero.
@@ -119,6 +122,46 @@ def _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M: tl.constexpr, BLOC
     return full_hi, end
 
 
+# block-sparse launch: heads are scheduled in groups of this many (batch * head) pairs, all of a
+# group's heaviest tile rows first (see _program_tile)
+LPT_HEAD_GROUP = tl.constexpr(16)
+
+
+@triton.jit
+def _program_tile(CNT, stride_ch, stride_ct, H, n_rows, REVERSE: tl.constexpr, SPARSE: tl.constexpr):
+    """(tile row, batch * heads + head) of this program; the tile row is a query tile, or a key
+    tile in the dK/dV pass.
+
+    Dense (grid ``(n_rows, B * H)``): the row is ``program_id(0)``, reversed if ``REVERSE`` (causal
+    query tiles: the last see the most keys), and ``program_id(1)`` the (batch, head).
+
+    Block-sparse (grid ``(n_rows * B * H,)``), longest-processing-time-first: the (batch, head)
+    pairs are taken in groups of ``LPT_HEAD_GROUP``; inside a group, programs go rank by rank over
+    the plan's launch order ``CNT[h, rank, 2]`` (tile rows by descending number of tiles to visit,
+    see :mod:`kernels.block_sparse`), the group's heads interleaved. So the heavy rows (BigBird's
+    global rows, ~4x the work of the others) start first instead of finishing last, while the
+    programs in flight share the K/V of a few heads (L2 reuse). The mapping depends on the program
+    id only: each output tile is computed exactly as before, only the order of independent
+    programs changes.
+    """
+    if SPARSE:
+        slot = tl.program_id(0)
+        bh_total = tl.num_programs(0) // n_rows
+        g0 = (slot // (LPT_HEAD_GROUP * n_rows)) * LPT_HEAD_GROUP
+        g_size = tl.minimum(bh_total - g0, LPT_HEAD_GROUP)
+        within = slot - g0 * n_rows
+        pid_bh = g0 + within % g_size
+        rank = within // g_size
+        row = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + rank * stride_ct + 2)
+    else:
+        pid_bh = tl.program_id(1)
+        if REVERSE:
+            row = tl.num_programs(0) - 1 - tl.program_id(0)
+        else:
+            row = tl.program_id(0)
+    return row, pid_bh
+
+
 # ---------------------------------------------------------------------------------------------
 # forward
 # ---------------------------------------------------------------------------------------------
@@ -187,12 +230,7 @@ def flash_fwd_kernel(
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    # causal: the last query tiles see the most keys; launch them first for load balance
-    if IS_CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
     b = pid_bh // H
     h = pid_bh % H
     b64 = b.to(tl.int64)
@@ -347,8 +385,8 @@ def flash_bwd_dkdv_kernel(
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # dense: natural order (causal key tiles are not reversed)
+    pid_n, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
     b64 = (pid_bh // H).to(tl.int64)
     h64 = (pid_bh % H).to(tl.int64)
     start_n = pid_n * BLOCK_N
@@ -474,11 +512,7 @@ def flash_bwd_dq_kernel(
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    if IS_CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
     b64 = (pid_bh // H).to(tl.int64)
     h64 = (pid_bh % H).to(tl.int64)
     start_m = pid_m * BLOCK_M

@@ -113,3 +113,61 @@ def test_plans_visit_only_allowed_tiles():
     fwd_idx, fwd_cnt, *_ = compiled.plans(128, 128, True, tiles)
     assert fwd_cnt[0, :, 1].tolist() == [1, 1, 0, 4] and fwd_cnt[0, :, 0].tolist() == [0, 0, 0, 3]
     assert fwd_idx[0, 3].tolist() == [0, 1, 2, 3]  # full tiles first, then the diagonal one
+
+
+def uneven_layout():
+    """Per-head layouts whose tile rows differ ~4x in work: a sparse band plus a global row (and
+    column) in a different place per head, as BigBird's global blocks."""
+    nb = 6
+    layout = torch.eye(nb, dtype=torch.bool, device=DEVICE).repeat(2, 1, 1)
+    layout[0, 4, :] = True  # head 0: query block 4 sees every key block
+    layout[0, :, 4] = True
+    layout[1, 0, :] = True  # head 1: query block 0 global, plus a half-global row 3
+    layout[1, 3, :3] = True
+    return layout
+
+
+def test_launch_order_puts_heaviest_rows_first():
+    """Each pass launches its tile rows longest-first (a permutation, counts non-increasing)."""
+    layout = uneven_layout()
+    compiled = BlockSparseLayout.from_dense(layout, 32)
+    tiles = Tiles(PassTiles(32, 32), PassTiles(32, 32), PassTiles(32, 32))
+    plans = compiled.plans(192, 192, False, tiles)
+    for cnt in plans[1::2]:  # fwd, dK/dV, dQ counts
+        assert cnt.shape == (2, 6, 3)
+        order = cnt[..., 2].long()
+        assert torch.equal(order.sort(-1).values, torch.arange(6, device=DEVICE).expand(2, 6))
+        work = cnt[..., 1].gather(1, order)
+        assert torch.all(work[:, 1:] <= work[:, :-1])
+    fwd_cnt, dkdv_cnt = plans[1], plans[3]
+    assert fwd_cnt[0, 0, 2] == 4 and fwd_cnt[1, :2, 2].tolist() == [0, 3]  # the global rows go first
+    assert dkdv_cnt[0, 0, 2] == 4  # key block 4 is seen by every query block
+    # causal: later query rows see more tiles; ties keep the row with more partial tiles first
+    fwd_cnt = compiled.plans(192, 192, True, tiles)[1]
+    work = fwd_cnt[..., 1].gather(1, fwd_cnt[..., 2].long())
+    assert torch.all(work[:, 1:] <= work[:, :-1]) and fwd_cnt[0, 0, 2] == 4
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_uneven_rows_equal_dense_masked_reference(causal):
+    """Rows of very unequal work, reordered at launch: results are the dense masked attention."""
+    n, bs = 180, 32  # ragged last block
+    layout = uneven_layout()
+    mask = torch.zeros(1, n, dtype=torch.bool, device=DEVICE)
+    mask[0, 170:] = True
+    q, k, v = make_qkv(1, 2, n, n, 16, torch.float32, seed=27)
+    with override(Tiles(PassTiles(32, 32), PassTiles(32, 32), PassTiles(32, 32))):
+        check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs, causal=causal,
+                                key_padding_mask=mask,
+                                ref_kwargs=dict(allowed=expand_layout(layout, bs, n, n), causal=causal,
+                                                key_padding_mask=mask))
+
+
+def test_launch_order_across_head_groups_covers_every_tile():
+    """18 (batch, head) pairs: one full group of 16 heads and a partial one of 2, every tile once."""
+    n, bs = 90, 16  # 6 blocks, the last one ragged
+    layout = uneven_layout()[0]  # shared by all heads
+    q, k, v = make_qkv(3, 6, n, n, 16, torch.float32, seed=28)
+    with override(Tiles(PassTiles(16, 16), PassTiles(16, 16), PassTiles(16, 16))):
+        check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs,
+                                ref_kwargs=dict(allowed=expand_layout(layout, bs, n, n)))
