@@ -34,10 +34,9 @@ import weakref
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines.padding import safe_key_padding, validate_qkv, zero_empty_rows, zero_padded
+from baselines.padding import attend, safe_key_padding, validate_qkv, zero_empty_rows, zero_padded
 
 LinformerSharing = Literal["none", "headwise", "kv", "layerwise"]
 SHARING_MODES = ("none", "headwise", "kv", "layerwise")
@@ -149,10 +148,7 @@ class LinformerAttention(nn.Module):
         v_low = self.value_projection(v)
         scale = 1.0 / math.sqrt(q.shape[-1])
         scores = torch.matmul(q * scale, k_low.transpose(-2, -1))  # (B, H, N, k)
-        softmax_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
-        probs = torch.softmax(scores, dim=-1, dtype=softmax_dtype)
-        probs = F.dropout(probs, p=self.dropout, training=self.training)
-        out = torch.matmul(probs.to(v_low.dtype), v_low)
+        out = attend(scores, v_low, dropout=self.dropout, training=self.training)
         return zero_empty_rows(out, empty)
 
     def extra_repr(self) -> str:

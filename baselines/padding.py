@@ -87,6 +87,15 @@ def zero_padded(x: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     return x.masked_fill(key_padding_mask[:, None, :, None], 0.0)
 
 
+def attend(scores: Tensor, v: Tensor, *, dropout: float, training: bool) -> Tensor:
+    """softmax(scores) @ v with the softmax in float32 even under autocast (float64 stays float64, for
+    reference checks) and dropout on the probabilities."""
+    softmax_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    probs = torch.softmax(scores, dim=-1, dtype=softmax_dtype)
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=training)
+    return torch.matmul(probs.to(v.dtype), v)
+
+
 def masked_softmax(scores: Tensor, keep: Tensor | None, dim: int = -1) -> Tensor:
     """Softmax over `dim` in float32 (float64 stays float64) restricted to `keep` (broadcastable bool).
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines.padding import safe_key_padding, validate_qkv, zero_empty_rows
+from baselines.padding import attend, safe_key_padding, validate_qkv, zero_empty_rows
 
 
 class SoftmaxAttention(nn.Module):
@@ -32,11 +31,7 @@ class SoftmaxAttention(nn.Module):
         if key_padding_mask is not None:
             padding, empty = safe_key_padding(key_padding_mask)
             scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
-        # float32 softmax even under autocast (float64 inputs stay float64 for reference checks).
-        softmax_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
-        probs = torch.softmax(scores, dim=-1, dtype=softmax_dtype)
-        probs = F.dropout(probs, p=self.dropout, training=self.training)
-        out = torch.matmul(probs.to(v.dtype), v)
+        out = attend(scores, v, dropout=self.dropout, training=self.training)
         return zero_empty_rows(out, empty)
 
     def extra_repr(self) -> str:

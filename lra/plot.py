@@ -219,12 +219,7 @@ def _efficiency_figure(part: pd.DataFrame, out_dir, name: str) -> list[Path]:
 def load_kernels(paths: Iterable[str | Path]) -> pd.DataFrame:
     frames = []
     for path in map(Path, paths):
-        if not path.is_file():
-            raise FileNotFoundError(f"kernel benchmark CSV not found: {path} (write one with `lra bench kernels`)")
-        try:
-            frame = pd.read_csv(path, comment="#")
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path}: not a readable CSV ({err})") from None
+        frame = table.read_csv_file(path, "write one with `lra bench kernels`")
         missing = [c for c in KERNEL_COLUMNS if c not in frame.columns]
         if missing:
             hint = " (it looks like a `lra bench models` CSV: pass it with --bench)" if "attention" in frame.columns else ""

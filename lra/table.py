@@ -134,17 +134,22 @@ def _missing(value) -> bool:
         return False
 
 
+def read_csv_file(path: Path, how_to_make: str) -> pd.DataFrame:
+    """Read one benchmark CSV (`#` lines are comments); a missing or unreadable file is one clear error."""
+    if not path.is_file():
+        raise FileNotFoundError(f"benchmark CSV not found: {path} ({how_to_make})")
+    try:
+        return pd.read_csv(path, comment="#")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a readable CSV ({err})") from None
+
+
 def load_bench(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Concatenate `lra bench models` CSVs; a file of the wrong kind is one clear error naming it."""
     frames = []
     paths = [Path(p) for p in paths]
     for path in paths:
-        if not path.is_file():
-            raise FileNotFoundError(f"benchmark CSV not found: {path} (write one with `lra bench models --out {path}`)")
-        try:
-            frame = pd.read_csv(path, comment="#")
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path}: not a readable CSV ({err})") from None
+        frame = read_csv_file(path, f"write one with `lra bench models --out {path}`")
         if "impl" in frame.columns and "attention" not in frame.columns:
             raise ValueError(f"{path} is a `lra bench kernels` CSV; tables read `lra bench models` CSVs "
                              "(kernel results go to `lra plot --kernels`)")
