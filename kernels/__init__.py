@@ -15,6 +15,6 @@ if not torch.cuda.is_available():
 from . import layouts  # noqa: E402
 from .block_sparse import BlockSparseLayout, block_sparse_flash_attention  # noqa: E402
 from .dense import flash_attention  # noqa: E402
-from .dropout import dropout_keep_mask  # noqa: E402
+from .dropout import dropout_keep_mask, effective_dropout_p  # noqa: E402
 
-__all__ = ["BlockSparseLayout", "block_sparse_flash_attention", "dropout_keep_mask", "flash_attention", "layouts"]
+__all__ = ["BlockSparseLayout", "block_sparse_flash_attention", "dropout_keep_mask", "effective_dropout_p", "flash_attention", "layouts"]

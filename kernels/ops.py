@@ -18,7 +18,7 @@ import torch
 import triton
 
 from . import triton_attention as kern
-from .dropout import keep_threshold
+from .dropout import effective_dropout_p, keep_threshold
 from .tiles import PassTiles, Tiles, padded_head_dim
 
 Tensor = torch.Tensor
@@ -49,7 +49,7 @@ def _grid(n_rows: int, bh: int, sparse: bool) -> tuple[int, ...]:
 
 def _dropout_args(dropout_p: float) -> tuple[int, float]:
     if dropout_p > 0.0:
-        return keep_threshold(dropout_p), 1.0 / (1.0 - dropout_p)
+        return keep_threshold(dropout_p), 1.0 / (1.0 - effective_dropout_p(dropout_p))
     return 0, 1.0
 
 

@@ -97,3 +97,16 @@ def test_counters_do_not_wrap_beyond_64k_keys():
     want = dropout_keep_reference(seed, 1, np.arange(2), cols, 0, 0, 0.5)
     assert np.array_equal(keep[0, 0].cpu().numpy(), want)
     assert not np.array_equal(want[:, :4464], want[:, 65536:])  # no wrap-around repetition
+
+
+def test_effective_rate_is_rounded_to_16_bits_and_output_stays_unbiased():
+    from kernels import effective_dropout_p
+
+    assert effective_dropout_p(0.1) == round(0.1 * 2**16) / 2**16
+    assert abs(effective_dropout_p(0.1) - 0.1) <= 2**-17
+    assert effective_dropout_p(0.0) == 0.0
+    assert effective_dropout_p(0.9999999) == (2**16 - 1) / 2**16
+    # the keep rate of many draws matches the rounded rate
+    q, k, _ = make_qkv(2, 2, 64, 512, 16, torch.float32, requires_grad=False)
+    keep = dropout_keep_mask(q, k, 0.3, seed=torch.tensor([42]))
+    assert abs(keep.double().mean().item() - (1 - effective_dropout_p(0.3))) < 0.005
