@@ -192,7 +192,7 @@ def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.head_dim)
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
-    tiles = select(q.device, q.dtype, shape.head_dim, block_size)
+    tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0)
     plans = compiled.plans(shape.n_q, shape.n_k, causal, tiles)
     out, _lse = torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale,
                                                 tiles.as_list())

@@ -44,7 +44,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.head_dim)
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
-    tiles = select(q.device, q.dtype, shape.head_dim).as_list()
+    tiles = select(q.device, q.dtype, shape.head_dim, dropout=dropout_p > 0.0).as_list()
     out, lse = torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, None, None, None, None, None, None,
                                                causal, dropout_p, scale, tiles)
     return (out, lse) if return_lse else out

@@ -83,7 +83,12 @@ _GPU_FP32: dict[int, Tiles] = {
     64: Tiles(PassTiles(64, 64, 4, 2), PassTiles(32, 64, 4, 2), PassTiles(64, 32, 4, 2)),
     128: Tiles(PassTiles(64, 32, 4, 2), PassTiles(32, 64, 8, 1), PassTiles(64, 32, 8, 1)),
 }
+# 16-bit inputs with attention dropout: entries here replace _GPU_16BIT's (the Philox random numbers
+# raise register pressure, so the best tiles can differ); a head dim not listed uses _GPU_16BIT's.
+_GPU_16BIT_DROPOUT: dict[int, Tiles] = {}
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
+
+TILES_ENV = "LRA_KERNEL_TILES"
 
 _override: list[Tiles] = []
 
@@ -98,20 +103,68 @@ def override(tiles: Tiles) -> Iterator[None]:
         _override.pop()
 
 
-def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False) -> None:
-    """Replace one entry of the GPU table (used by the tuning script to try configurations)."""
-    (_GPU_FP32 if fp32 else _GPU_16BIT)[int(head_dim_padded)] = tiles
+def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dropout: bool = False) -> None:
+    """Replace one entry of the GPU table (16-bit inputs with dropout: ``dropout=True``)."""
+    if fp32:
+        _GPU_FP32[int(head_dim_padded)] = tiles
+    else:
+        (_GPU_16BIT_DROPOUT if dropout else _GPU_16BIT)[int(head_dim_padded)] = tiles
 
 
-def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: int | None = None) -> Tiles:
-    """Tiles for inputs of ``dtype`` with ``head_dim`` on ``device`` (block-sparse: ``block_size``)."""
+def load_tuning(path: str) -> list[str]:
+    """Put the best tiles of a ``python -m kernels.tuning --out`` JSON into the GPU tables.
+
+    A file tuned with ``--dropout`` fills the dropout table. Passes the file did not tune keep the
+    table's entry. Returns one line per head dim, saying what changed."""
+    import json
+
+    with open(path) as f:
+        tuned = json.load(f)
+    try:
+        results = tuned["results"]
+    except (KeyError, TypeError):
+        raise ValueError(f"{path}: not a kernels.tuning JSON (no 'results')") from None
+    lines = []
+    for d_pad, entry in results.items():
+        d_pad = int(d_pad)
+        best = entry.get("best", {})
+        dropout = float(entry.get("dropout", 0.0)) > 0.0
+        base = (_GPU_16BIT_DROPOUT if dropout else {}).get(d_pad, _GPU_16BIT[d_pad])
+        tiles = Tiles(*(PassTiles(*best[k]) if k in best else getattr(base, k) for k in ("fwd", "dkdv", "dq")))
+        set_gpu_table(d_pad, tiles, dropout=dropout)
+        lines.append(f"d={d_pad}{' dropout' if dropout else ''}: {tiles.as_list()} (from {path})")
+    return lines
+
+
+def load_tuning_from_env() -> list[str]:
+    """Apply every tuning JSON listed (comma-separated) in $LRA_KERNEL_TILES."""
+    import os
+
+    lines = []
+    for path in filter(None, os.environ.get(TILES_ENV, "").split(",")):
+        lines += load_tuning(path)
+    return lines
+
+
+def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: int | None = None, *,
+           dropout: bool = False) -> Tiles:
+    """Tiles for inputs of ``dtype`` with ``head_dim`` on ``device`` (block-sparse: ``block_size``;
+    ``dropout``: the call applies attention dropout)."""
     if _override:
         tiles = _override[-1]
     elif device.type == "cuda":
-        table = _GPU_FP32 if dtype == torch.float32 else _GPU_16BIT
-        tiles = table[padded_head_dim(head_dim)]
+        d_pad = padded_head_dim(head_dim)
+        if dtype == torch.float32:
+            tiles = _GPU_FP32[d_pad]
+        elif dropout and d_pad in _GPU_16BIT_DROPOUT:
+            tiles = _GPU_16BIT_DROPOUT[d_pad]
+        else:
+            tiles = _GPU_16BIT[d_pad]
     else:
         tiles = _CPU
     if block_size is not None:
         tiles = tiles.clamped(block_size)
     return tiles
+
+
+load_tuning_from_env()

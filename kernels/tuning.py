@@ -1,6 +1,7 @@
 """Measure tile configurations of the attention kernels on this GPU (``python -m kernels.tuning``).
 
-For each head dim it times the forward with every forward candidate, then the backward with every
+For each head dim (with ``--dropout P``: on the attention-dropout path, whose tiles have a table of
+their own) it times the forward with every forward candidate, then the backward with every
 dK/dV candidate (dQ fixed), then every dQ candidate (with the best dK/dV), at bf16 shapes of the
 kernel benchmark (B * N = tokens, H = hidden / d), on several N; the best candidate per pass
 minimises the geometric mean of its times over those N. It prints the table entries for
@@ -20,16 +21,17 @@ import time
 import torch
 
 from . import flash_attention
-from .tiles import PassTiles, Tiles, padded_head_dim, select
+from .tiles import PassTiles, Tiles, override, padded_head_dim, select
 
-# candidates (BLOCK_M, BLOCK_N, num_warps, num_stages) per pass; head dim 128 has its own lists
-FWD = [(128, 64, 4, 3), (128, 128, 4, 3), (128, 128, 8, 3)]
-DKDV = [(32, 128, 4, 3), (64, 128, 4, 3), (64, 128, 8, 3)]
-DQ = [(128, 32, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3)]
-FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3)]
-DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 64, 4, 3)]
-DQ_128 = [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)]
-
+# candidates (BLOCK_M, BLOCK_N, num_warps, num_stages) per pass; head dim 128 has its own lists.
+# 8 warps = two warpgroups, each running its own 64-row wgmma; 256-row forward tiles share every
+# K/V tile between two warpgroups (half the K/V traffic per FLOP)
+FWD = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 4, 3), (128, 128, 8, 3), (256, 64, 8, 3), (256, 128, 8, 2)]
+DKDV = [(32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 4, 3), (64, 128, 8, 3), (64, 64, 4, 3)]
+DQ = [(128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3)]
+FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 3)]
+DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)]
+DQ_128 = [(128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3)]
 
 def _bench(fn, grads=None) -> float:
     import triton
@@ -43,20 +45,20 @@ def _inputs(n, d, tokens, hidden, dtype):
     return q, k, v
 
 
-def _time_fwd(q, k, v) -> float:
+def _time_fwd(q, k, v, dropout_p=0.0) -> float:
     def fn():
         with torch.no_grad():
-            flash_attention(q, k, v)
+            flash_attention(q, k, v, dropout_p=dropout_p)
     return _bench(fn)
 
 
-def _time_bwd(q, k, v) -> float:
-    out = flash_attention(q, k, v)
+def _time_bwd(q, k, v, dropout_p=0.0) -> float:
+    out = flash_attention(q, k, v, dropout_p=dropout_p)
     dout = torch.randn_like(out)
     return _bench(lambda: out.backward(dout, retain_graph=True), [q, k, v])
 
 
-def _sdpa_times(q, k, v) -> dict:
+def _sdpa_times(q, k, v, dropout_p=0.0) -> dict:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -66,8 +68,8 @@ def _sdpa_times(q, k, v) -> dict:
             with sdpa_kernel([backend]):
                 def fwd():
                     with torch.no_grad():
-                        F.scaled_dot_product_attention(q, k, v)
-                o = F.scaled_dot_product_attention(q, k, v)
+                        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+                o = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
                 dout = torch.randn_like(o)
                 out[name] = {"fwd": _bench(fwd), "bwd": _bench(lambda: o.backward(dout, retain_graph=True), [q, k, v])}
         except RuntimeError as err:
@@ -79,21 +81,20 @@ def _geo(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None) -> dict:
+def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: float = 0.0) -> dict:
     results = {}
     for d in head_dims:
-        base = select(torch.device("cuda"), dtype, d)
+        base = select(torch.device("cuda"), dtype, d, dropout=dropout_p > 0.0)
         shapes = [_inputs(n, d, tokens, hidden, dtype) for n in seq_lens]
-        entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}}
+        entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p}
         for n, (q, k, v) in zip(seq_lens, shapes):
-            entry["sdpa"][n] = _sdpa_times(q, k, v)
+            entry["sdpa"][n] = _sdpa_times(q, k, v, dropout_p)
 
         def trial(kind, cand, tiles):
             t0 = time.perf_counter()
             try:
-                from .tiles import override
                 with override(tiles):
-                    ms = [(_time_fwd if kind == "fwd" else _time_bwd)(*s) for s in shapes]
+                    ms = [(_time_fwd if kind == "fwd" else _time_bwd)(*s, dropout_p) for s in shapes]
             except Exception as err:  # noqa: BLE001 - a config that does not fit is skipped
                 entry[kind][str(cand)] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
                 print(f"d={d} {kind} {cand}: {type(err).__name__}", flush=True)
@@ -136,6 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="tune the attention-dropout path with this p (its own table: kernels.tiles)")
     parser.add_argument("--out", default=None, help="JSON file for every timing")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -149,7 +152,7 @@ def main(argv=None) -> int:
             os.replace(args.out + ".tmp", args.out)
 
     results = tune([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seq_lens.split(",")],
-                   args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save)
+                   args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save, dropout_p=args.dropout)
     print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages)")
     for d, entry in results.items():
         print(f"{d}: {entry['best']}   sdpa: {json.dumps(entry['sdpa'])}")

@@ -113,7 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows of an existing <out>/<name>.csv and measure only the missing cells")
     parser.add_argument("--tiles", default=None,
-                        help="JSON from `python -m kernels.tuning --out` whose best tiles replace the GPU table")
+                        help="JSON files (comma-separated) from `python -m kernels.tuning --out` whose best tiles "
+                             "replace the GPU table (the same as setting $LRA_KERNEL_TILES)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,15 +429,12 @@ def run(args) -> int:
     meta["settings"]["cuda"] = torch.version.cuda
     meta["settings"]["cudnn"] = torch.backends.cudnn.version()
     if args.tiles:
-        from kernels.tiles import PassTiles, Tiles, set_gpu_table
-        tuned = json.loads(Path(args.tiles).read_text())
-        for d_pad, entry in tuned["results"].items():
-            best = entry["best"]
-            base = kernels.tiles.select(torch.device("cuda"), dtype, int(d_pad))
-            set_gpu_table(int(d_pad), Tiles(*(PassTiles(*best[k]) if k in best else getattr(base, k)
-                                              for k in ("fwd", "dkdv", "dq"))))
         meta["tiles_from"] = args.tiles
+        for path in args.tiles.split(","):
+            for line in kernels.tiles.load_tuning(path):
+                print(line, flush=True)
     meta["tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d).as_list() for d in (16, 32, 64, 128)}
+    meta["tiles_env"] = os.environ.get(kernels.tiles.TILES_ENV) or None
     report = Report(Path(args.out), args.name, meta, resume=args.resume)
     started = time.perf_counter()
     oom_from: dict[tuple, int] = {}  # (impl, pass, d, pattern) -> smallest N that ran out of memory

@@ -26,6 +26,7 @@ import dataclasses
 import gc
 import json
 import math
+import os
 import re
 import statistics
 import time
@@ -386,7 +387,7 @@ def run(args) -> int:
     meta.update(benchmark="lra bench models", settings=settings, model=dataclasses.asdict(paper_model_config(args.attention_dropout)),
                 input={"vocab_size": VOCAB_SIZE, "num_classes": NUM_CLASSES, "padding": False},
                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if device.type == "cuda" else None,
-                bench_device=str(device))
+                bench_device=str(device), kernel_tiles_env=os.environ.get("LRA_KERNEL_TILES") or None)
     atomic_write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n")
 
     console = Console(stderr=True)
