@@ -5,6 +5,12 @@ globals, some type mixes), so this compiles every kernel, for a spread of the co
 the launchers use, through Triton's real compiler for NVIDIA sm_90 (Hopper): by default down to
 Triton-GPU IR (fast; catches front-end and layout errors), with ``--ptx`` through LLVM to PTX.
 It needs no CUDA device and must run with ``TRITON_INTERPRET=0``.
+
+Variants whose flags say every dimension is a multiple of its tile (``EVEN_*``) are specialised as
+the JIT specialises a contiguous input of such a shape: unit strides become the constant 1 and
+pointers and the other integers are marked divisible by 16. That is what turns the kernels' loads
+into pipelined ``cp.async`` copies, so only such a compile shows the code (and, with
+``--resources``, the registers and spills) the GPU actually runs on the hot path.
 """
 from __future__ import annotations
 
@@ -16,19 +22,26 @@ import time
 
 
 def _variants(quick: bool):
-    """(kernel name, dtype, block_m, block_n, block_d, flags) to compile."""
+    """(kernel name, dtype, block_m, block_n, block_d, num_warps, num_stages, flags) to compile: the
+    GPU tile table's entries (head dim 64; all head dims with ``quick=False``) for the hot paths
+    (plain, dropout, block-sparse; aligned shapes) and a ragged everything-on variant."""
+    from .tiles import _GPU_16BIT, _GPU_FP32
+
+    even = dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=False, EVEN_M=True, EVEN_N=True, EVEN_D=True)
     flag_sets = [
-        dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=False, EVEN_M=True, EVEN_N=True, EVEN_D=True),
+        even,
+        dict(even, HAS_DROPOUT=True),
+        dict(even, SPARSE=True, HAS_PAD=True),
         dict(IS_CAUSAL=True, HAS_PAD=True, HAS_DROPOUT=True, SPARSE=False, EVEN_M=False, EVEN_N=False, EVEN_D=False),
-        dict(IS_CAUSAL=True, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=True, EVEN_M=True, EVEN_N=False, EVEN_D=True),
     ]
     dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
-    for kernel, dtype, flags in itertools.product(("fwd", "dkdv", "dq"), dtypes, flag_sets):
-        yield kernel, dtype, 128 if dtype != "fp32" else 64, 64, 64, flags
-    if not quick:
-        for kernel in ("fwd", "dkdv", "dq"):
-            yield kernel, "bf16", 64, 128, 128, flag_sets[0]
-            yield kernel, "bf16", 32, 16, 16, flag_sets[1]
+    head_dims = [64] if quick else [16, 32, 64, 128]
+    for dtype, d, flags in itertools.product(dtypes, head_dims, flag_sets):
+        tiles = (_GPU_FP32 if dtype == "fp32" else _GPU_16BIT)[d]
+        if flags["SPARSE"]:
+            tiles = tiles.clamped(128)
+        for kernel, t in (("fwd", tiles.fwd), ("dkdv", tiles.dkdv), ("dq", tiles.dq)):
+            yield kernel, dtype, t.block_m, t.block_n, d, t.num_warps, t.num_stages, flags
 
 
 def _signature(fn, dtype: str, constexprs: dict) -> dict:
@@ -50,7 +63,45 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
     return sig
 
 
-def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90) -> list[str]:
+_UNIT_STRIDES = ("stride_qd", "stride_kd", "stride_vd", "stride_od", "stride_dod", "stride_dqd", "stride_dkd",
+                 "stride_dvd")
+
+
+def _specialise(fn, sig: dict, constexprs: dict) -> tuple[dict, dict, dict]:
+    """(signature, constexprs, attrs) as the JIT builds them for contiguous, 16-aligned inputs."""
+    sig, constexprs, attrs = dict(sig), dict(constexprs), {}
+    for i, name in enumerate(fn.arg_names):
+        if sig[name] == "constexpr":
+            continue
+        if name in _UNIT_STRIDES:
+            sig[name] = "constexpr"
+            constexprs[name] = 1
+        elif sig[name].startswith("*") or name.startswith("stride") or name in ("H", "N_Q", "N_K", "HEAD_DIM"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, constexprs, attrs
+
+
+def _resources(cubin: bytes) -> str:
+    """Registers / stack / spill stores of a cubin, via the cuobjdump that ships with Triton."""
+    import pathlib
+    import subprocess
+    import tempfile
+
+    import triton.backends.nvidia as nv
+
+    tool = pathlib.Path(nv.__file__).parent / "bin" / "cuobjdump"
+    if not tool.exists():
+        return "resources: cuobjdump not found"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True).stdout
+    fields = [w for w in usage.split() if w.startswith(("REG:", "STACK:"))]
+    return " ".join(fields) + f" spill-stores:{sass.count('STL')}"
+
+
+def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, resources: bool = False) -> list[str]:
     """Compiles the variants; returns one line per variant (raises on the first failure)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -61,13 +112,17 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90) -> l
     kernels = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}
     target = GPUTarget("cuda", arch, 32)
     lines = []
-    for kernel, dtype, bm, bn, bd, flags in _variants(quick):
+    for kernel, dtype, bm, bn, bd, warps, n_stages, flags in _variants(quick):
         fn = kernels[kernel]
         constexprs = dict(flags, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DOT_PREC="ieee" if dtype == "fp32" else None,
                           UPCAST=False)
-        src = ASTSource(fn=fn, signature=_signature(fn, dtype, constexprs), constexprs=constexprs)
+        sig = _signature(fn, dtype, constexprs)
+        attrs = None
+        if flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]:
+            sig, constexprs, attrs = _specialise(fn, sig, constexprs)
+        src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
         t0 = time.perf_counter()
-        options = {"num_warps": 4, "num_stages": 3}
+        options = {"num_warps": warps, "num_stages": n_stages}
         compiled = triton.compile(src, target=target, options=options) if ptx else None
         if compiled is None:
             # front end only: Triton IR -> Triton-GPU IR (no LLVM/ptxas)
@@ -86,7 +141,12 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90) -> l
             backend.add_stages(stages, opts, src.language)
             module = stages["ttir"](module, {})
             module = stages["ttgir"](module, {})
-        lines.append(f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} {flags} ok ({time.perf_counter() - t0:.1f}s)")
+        on = ",".join(k for k, v in flags.items() if v and not k.startswith("EVEN")) or "plain"
+        even = "aligned" if attrs is not None else "ragged"
+        line = f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} w{warps} s{n_stages} {on:<28} {even:<7} ok ({time.perf_counter() - t0:.1f}s)"
+        if resources and compiled is not None:
+            line += "  " + _resources(compiled.asm["cubin"])
+        lines.append(line)
     return lines
 
 
@@ -94,11 +154,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="all dtypes and extra tile shapes")
     parser.add_argument("--ptx", action="store_true", help="compile through LLVM to PTX/cubin as well")
+    parser.add_argument("--resources", action="store_true",
+                        help="with --ptx: print registers, stack and spill stores of every variant")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run with TRITON_INTERPRET=0: the interpreter replaces the compiler", file=sys.stderr)
         return 2
-    for line in compile_variants(quick=not args.full, ptx=args.ptx):
+    for line in compile_variants(quick=not args.full, ptx=args.ptx, resources=args.resources):
         print(line, flush=True)
     return 0
 
