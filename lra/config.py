@@ -86,6 +86,9 @@ class TrainConfig:
 
     batch_size: int = 32             # per device (DDP multiplies it by the world size)
     max_steps: int = 1000            # optimizer steps
+    # wall-clock limit of the training loop (Lightning's max_time); the run stops at whichever of
+    # max_steps / max_minutes comes first, and the LR schedule still spans max_steps
+    max_minutes: Optional[float] = None
     val_check_interval: int = 100    # validate every N optimizer steps (and after the last one)
     limit_val_batches: Optional[int] = None  # None = the whole validation split
     accumulate_grad_batches: int = 1
@@ -413,6 +416,8 @@ def validate(config: RunConfig) -> None:
     for key, value in {"optim.beta1": o.beta1, "optim.beta2": o.beta2}.items():
         if not 0.0 <= value < 1.0:
             raise ValueError(f"{key} must be in [0, 1), got {value}")
+    if t.max_minutes is not None and not t.max_minutes > 0:
+        raise ValueError(f"train.max_minutes must be > 0 (or none), got {t.max_minutes}")
     for key, value in {"data.seq_len": d.seq_len, "data.limit_train": d.limit_train,
                        "data.limit_eval": d.limit_eval, "train.limit_val_batches": t.limit_val_batches}.items():
         if value is not None and value <= 0:

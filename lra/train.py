@@ -208,6 +208,7 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
     trainer = pl.Trainer(
         accelerator="auto", devices=devices, num_nodes=t.num_nodes, strategy=t.strategy,
         precision=runtime.precision, max_steps=t.max_steps, max_epochs=-1,
+        max_time=_dt.timedelta(minutes=t.max_minutes) if t.max_minutes is not None else None,
         val_check_interval=t.val_check_interval, check_val_every_n_epoch=None,
         limit_val_batches=t.limit_val_batches,
         accumulate_grad_batches=t.accumulate_grad_batches,

@@ -53,6 +53,9 @@ def add_parser(sub) -> None:
                         help="attention of the Path-64 pretraining (default: the recipe's, flash)")
     parser.add_argument("--from-scratch", action="store_true",
                         help="train the baseline instead: the target from random weights, same schedule and length")
+    parser.add_argument("--until", metavar="STAGE", default=None,
+                        help="stop after this stage, e.g. --until finetune (no second fine-tune) or "
+                             "--until pretrain; later stages are neither run nor planned")
     parser.add_argument("--runs", "--runs-dir", dest="runs", default="runs", metavar="DIR",
                         help="root of the run folders (default: runs)")
     parser.add_argument("--data-dir", default=None, help="data root (default: the presets', usually data/)")
@@ -98,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
                                     num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile)
     _check_attentions(options)
     stages = transfer.plan_chain(recipe, options, from_scratch=args.from_scratch)
+    if args.until is not None:
+        names = [stage.name for stage in stages]
+        if args.until not in names:
+            raise ValueError(f"--until {args.until!r}: no such stage in this chain; stages: {', '.join(names)}")
+        stages = stages[:names.index(args.until) + 1]
     sizes = _pairs(args.train_examples, "--train-examples", int)
     step_ms = _pairs(args.step_ms, "--step-ms", float)
     unknown = sorted(set(step_ms) - set(recipe.stage_names()))

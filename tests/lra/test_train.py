@@ -340,3 +340,20 @@ def test_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(tmp_p
     assert rec["status"] == "completed" and rec["steps"] == 11
     assert before.digests + after.digests == whole.digests
     assert not [w for w in caught if "not resumable" in str(w.message)]
+
+
+def test_max_minutes_stops_training_by_wall_clock(tmp_path, data_dir, capsys):
+    """train.max_minutes (Lightning's max_time) ends the loop early; the run is still completed and
+    tested, and its record says how many steps it made."""
+    runs = tmp_path / "runs"
+    fast = [a for a in FAST if not a.startswith("train.max_steps")]
+    code = main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+                 "--runs-dir", str(runs), "--data-dir", str(data_dir), *fast, "train.max_steps=100000",
+                 "train.max_minutes=0.0001"])
+    assert code == 0, capsys.readouterr().err
+    rec = only_record(runs)
+    assert rec["status"] == "completed" and 1 <= rec["steps"] < 100000
+    assert rec["config"]["train"]["max_minutes"] == 0.0001 and rec["test_acc"] is not None
+    assert main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke",
+                 "--runs-dir", str(runs), "--data-dir", str(data_dir), "train.max_minutes=0"]) == 2
+    assert "train.max_minutes must be > 0" in capsys.readouterr().err

@@ -416,6 +416,11 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "[1/3] pretrain   new     pathfinder64/flash preset path64-pretrain, 200 epochs x 625 = 125,000" in out
     assert "[3/3] finetune2  new     pathx/flash preset pathx-transfer-ft2" in out and "from finetune (best)" in out
+    assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", "--until", "finetune", *sizes]) == 0
+    out = capsys.readouterr().out
+    assert "[2/2] finetune" in out and "finetune2" not in out
+    assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", "--until", "finetune3", *sizes]) == 2
+    assert "--until 'finetune3': no such stage in this chain; stages: pretrain, finetune, finetune2" in capsys.readouterr().err
 
     assert main(["transfer", "--target", "pathx", "--runs", runs, "--estimate-cost", *sizes,
                  "--step-ms", "pretrain=36", "--step-ms", "finetune=90", "--step-ms", "finetune2=90"]) == 0
