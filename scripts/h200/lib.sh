@@ -1,0 +1,63 @@
+# Shared by the scripts/h200/*.sh evidence recipes (sourced, not run).
+#
+# Each recipe is one device call: work split into two "lanes" that run side by side, one per GPU
+# (CUDA_VISIBLE_DEVICES), or one after the other on a single GPU. Everything a lane writes goes to
+# $WORK (kept on the machine between calls, so a later call can reuse tuned tiles or checkpoints);
+# at the end the whole of $WORK is packed into $OUT/<recipe>.tar.gz next to the lane logs (the
+# device tool returns at most 8 files).
+#
+# Environment: OUT (required), KEEP (default /root/lra-keep), DEADLINE (seconds, default 540):
+# lanes size their time budgets so that the call ends before it.
+set -uo pipefail
+OUT=${OUT:?set OUT to the folder that comes back}
+KEEP=${KEEP:-/root/lra-keep}
+DEADLINE=${DEADLINE:-540}
+RECIPE=${RECIPE:?}
+WORK=$KEEP/$RECIPE
+DATA=${DATA:-$KEEP/data}
+RUNS=${RUNS:-$KEEP/runs}
+mkdir -p "$WORK" "$DATA" "$RUNS" "$OUT"
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+# multi-GPU hosts: NVLink multicast stays off (the device docs: it can take the host's GPUs down)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+T0=$(date +%s)
+NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+
+elapsed() { echo $(( $(date +%s) - T0 )); }
+# seconds left before DEADLINE minus a margin ($1, default 15)
+left() { local l=$(( DEADLINE - $(elapsed) - ${1:-15} )); (( l < 1 )) && l=1; echo $l; }
+lra() { python3 -m lra "$@"; }
+say() { echo "[$(elapsed)s] $*"; }
+
+# run_lanes FN0 FN1: FN0 on GPU 0 and FN1 on GPU 1 at once (one GPU: FN0 then FN1 on GPU 0)
+run_lanes() {
+  if (( NGPU >= 2 )); then
+    (export CUDA_VISIBLE_DEVICES=0; "$1") > "$WORK/lane0.log" 2>&1 &
+    local p0=$!
+    (export CUDA_VISIBLE_DEVICES=1; "$2") > "$WORK/lane1.log" 2>&1 &
+    local p1=$!
+    wait $p0 $p1
+  else
+    (export CUDA_VISIBLE_DEVICES=0; "$1") > "$WORK/lane0.log" 2>&1
+    (export CUDA_VISIBLE_DEVICES=0; "$2") > "$WORK/lane1.log" 2>&1
+  fi
+}
+
+pack() {
+  {
+    echo "recipe $RECIPE, $(date -u +%FT%TZ), git ${LRA_GIT_REV:-?}, $(elapsed) s, $NGPU GPU(s)"
+    nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader 2>/dev/null
+    python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+  } > "$WORK/machine.txt"
+  cp "$WORK"/lane*.log "$WORK/machine.txt" "$OUT/" 2>/dev/null
+  tar czf "$OUT/$RECIPE.tar.gz" -C "$WORK" --exclude='*.ckpt' . 2>/dev/null
+  ls -la "$OUT"
+}
+
+# tuned tiles left on this machine by kernels.sh, for every later kernel call (kernels.tiles reads them)
+tiles=""
+for f in "$KEEP/tuning.json" "$KEEP/tuning128.json" "$KEEP/tuning_dropout.json"; do
+  [[ -f "$f" ]] && tiles="${tiles:+$tiles,}$f"
+done
+[[ -z "${LRA_KERNEL_TILES:-}" && -n "$tiles" ]] && export LRA_KERNEL_TILES=$tiles

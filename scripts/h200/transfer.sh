@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Device call 3 (issue #7): a scaled-down run of the Path-X transfer recipe, and Path-256 with the
+# recipe's butterfly layout. Scaled down (stated with the results): N_PF64 / N_PATHX generated
+# images (split 80/10/10), every stage capped by train.max_minutes, Path-X batch 32.
+#   lane 0: pretrain Path-64 (capped at PRE_MIN minutes), fine-tune Path-X from it (FT_MIN minutes)
+#   lane 1: Path-X from scratch, same schedule, batch and cap; then Path-256 (65,536 tokens) with
+#           flash_sparse and the butterfly layout, trained and evaluated end to end
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> bash scripts/h200/transfer.sh
+RECIPE=transfer
+source "$(dirname "$0")/lib.sh"
+N_PF64=${N_PF64:-40000}
+N_PATHX=${N_PATHX:-20000}
+PRE_MIN=${PRE_MIN:-3.3}
+FT_MIN=${FT_MIN:-3.3}
+# the Path-X stages: 3 epochs, 4 validations per epoch on 1,000 images; whatever the cap allows
+PATHX=(finetune:train.batch_size=32 finetune:epochs=3 finetune:evals_per_epoch=4 finetune:data.limit_eval=1000
+       "finetune:train.max_minutes=$FT_MIN")
+SCRATCH=(scratch:train.batch_size=32 scratch:epochs=3 scratch:evals_per_epoch=4 scratch:data.limit_eval=1000
+         "scratch:train.max_minutes=$FT_MIN")
+PRETRAIN=("pretrain:train.max_minutes=$PRE_MIN" pretrain:evals_per_epoch=2)
+
+say "data: Path-64 $N_PF64, Path-X $N_PATHX, Path-256 400 images"
+lra data generate pathfinder64 --n "$N_PF64" --out "$DATA" --workers 12 > "$WORK/data_pf64.log" 2>&1 &
+lra data generate pathx --n "$N_PATHX" --out "$DATA" --workers 14 > "$WORK/data_pathx.log" 2>&1 &
+lra data generate path256 --n 400 --out "$DATA" --workers 4 > "$WORK/data_path256.log" 2>&1 &
+wait
+
+lane0() {
+  say "pretrain Path-64, then fine-tune Path-X"
+  timeout "$(left 5)" python3 -m lra transfer --target pathx --until finetune --runs "$RUNS" --data-dir "$DATA" \
+      --no-progress "${PRETRAIN[@]}" "${PATHX[@]}"
+  say "lane 0 done"
+}
+
+lane1() {
+  say "Path-X from scratch"
+  timeout "$(left 5)" python3 -m lra transfer --target pathx --from-scratch --runs "$RUNS" --data-dir "$DATA" \
+      --no-progress "${SCRATCH[@]}"
+  say "Path-256, flash_sparse, butterfly layout"
+  timeout "$(left 5)" python3 -m lra train --task path256 --attention flash_sparse --attention.layout butterfly \
+      --preset paper --runs-dir "$RUNS" --data-dir "$DATA" --no-progress \
+      train.batch_size=8 train.max_steps=40 train.val_check_interval=20 data.limit_train=320 data.limit_eval=40 \
+      optim.warmup_steps=4
+  say "lane 1 done"
+}
+
+run_lanes lane0 lane1
+for f in $(find "$RUNS" -name result.json 2>/dev/null); do
+  cp "$f" "$WORK/result_$(basename "$(dirname "$(dirname "$f")")")_$(basename "$(dirname "$f")").json"
+done
+pack
