@@ -3,20 +3,22 @@
 Scheme (implemented by ``triton_attention.dropout_keep``, the one Triton function that the
 forward, both backward passes and :func:`dropout_keep_mask` call): every call draws one 64-bit seed
 from torch's default generator for the device of q (``torch.manual_seed`` makes runs reproducible).
-With ``w = Philox4x32-10(key=seed, counter=(j // 8, i, b * H + h, 0))`` (four 32-bit words),
+With ``w = Philox4x32-10(key=seed, counter=(j // 16, i, b * H + h, 0))`` (four 32-bit words),
 element ``(b, h, i, j)`` of the probability matrix is kept iff
 
-    (w[(j % 8) // 2] >> (16 * (j % 2))) & 0xFFFF  >=  t,    t = min(round(dropout_p * 2**16), 2**16 - 1)
+    (w[(j % 16) // 4] >> (8 * (j % 4))) & 0xFF  >=  t,    t = min(round(dropout_p * 256), 255)
 
-and kept probabilities are scaled by ``1 / (1 - t / 2**16)``. So one Philox evaluation decides 8
-keys (tiles start at multiples of 8 keys, so a group never straddles two tiles): 8x fewer than one
+and kept probabilities are scaled by ``1 / (1 - t / 256)``. So one Philox evaluation decides 16
+keys (tiles start at multiples of 16 keys, so a group never straddles two tiles): 16x fewer than one
 call per element, which matters because the random numbers, not the matrix products, bound the
-kernels' speed under dropout at the LRA head dims (32, 64). The price is that the drop rate is
-``dropout_p`` rounded to a multiple of 2**-16 (:func:`effective_dropout_p`, off by at most
-7.6e-6); the scale uses that rounded rate, so the output stays an unbiased estimate. (flash-attn
-makes the same trade with 8-bit numbers, 16 keys per call, and a rate rounded to 1/256.)
+kernels' speed under dropout at the LRA head dims (32, 64); on the H200, d=32, one call per 8 keys
+still made the forward 2.7x slower than without dropout. The price is that the drop rate is
+``dropout_p`` rounded to a multiple of 1/256 (:func:`effective_dropout_p`; 0.1 -> 0.1016); the
+scale uses that rounded rate, so the output stays an unbiased estimate of the undropped one. The
+reference FlashAttention implementation (flash-attn) makes the same trade: 8-bit random numbers, 16
+per Philox call, the keep probability rounded to 1/256 (and scaled by the unrounded rate).
 
-The counter words are the key-group index (below 2**29 for N_k < 2**32), the query index and the
+The counter words are the key-group index (below 2**28 for N_k < 2**32), the query index and the
 (batch, head) index, each below 2**32, so nothing wraps at N = 64K (N_q * N_k = 2**32) or beyond,
 and the mask does not depend on tile sizes: the backward passes, with their own tiles, regenerate
 exactly the forward's mask.
@@ -37,16 +39,16 @@ def draw_seed(device: torch.device) -> torch.Tensor:
     return torch.randint(0, _SEED_HIGH, (1,), dtype=torch.int64, device=device)
 
 
-RANDOM_BITS = 16  # bits of randomness per element
+RANDOM_BITS = 8  # bits of randomness per element
 
 
 def keep_threshold(dropout_p: float) -> int:
-    """Integer threshold on 16 random bits: P(keep) = 1 - threshold / 2**16."""
+    """Integer threshold on 8 random bits: P(keep) = 1 - threshold / 256."""
     return min(int(round(float(dropout_p) * 2**RANDOM_BITS)), 2**RANDOM_BITS - 1)
 
 
 def effective_dropout_p(dropout_p: float) -> float:
-    """The drop rate the kernels apply for ``dropout_p``: rounded to a multiple of 2**-16."""
+    """The drop rate the kernels apply for ``dropout_p``: rounded to a multiple of 1/256."""
     return keep_threshold(dropout_p) / 2**RANDOM_BITS
 
 

@@ -66,15 +66,15 @@ def padded_head_dim(head_dim: int) -> int:
     return max(16, 1 << (int(head_dim) - 1).bit_length())
 
 
-# (fwd, dkdv, dq) per padded head dim, 16-bit inputs on sm_90 (H100/H200). Head dims 32 and 64:
-# the best of `python -m kernels.tuning --head-dims 64,32 --seq-lens 8192` on an H200 (torch 2.11,
-# triton 3.6, 2026-11-30; timings in results/kernels/tuning_h200.json). 16 reuses 32's entry;
-# 128 is a FlashAttention-2-style guess that was not measured (see results/kernels/README.md).
+# (fwd, dkdv, dq) per padded head dim, 16-bit inputs on sm_90 (H100/H200): the best of
+# `python -m kernels.tuning --head-dims 64,32` and `--head-dims 128` (--seq-lens 4096,16384) on an
+# H200 (torch 2.11, triton 3.6, 2026-11-30, session 2; every timing in results/kernels/tuning/).
+# 16 reuses 32's entry. 8 warps = two 64-row warpgroups; the 4-warp d=64 forward was 4 % slower.
 _GPU_16BIT: dict[int, Tiles] = {
-    16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 32, 4, 3)),
-    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 32, 4, 3)),
-    64: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 64, 4, 3)),
-    128: Tiles(PassTiles(128, 64, 8, 3), PassTiles(64, 128, 8, 2), PassTiles(128, 64, 8, 2)),
+    16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(64, 64, 4, 3)),
+    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(64, 64, 4, 3)),
+    64: Tiles(PassTiles(128, 64, 8, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 64, 8, 3)),
+    128: Tiles(PassTiles(128, 64, 8, 3), PassTiles(64, 128, 8, 3), PassTiles(128, 32, 8, 3)),
 }
 # float32 inputs: twice the bytes per element, so half the tile area keeps shared memory in bounds.
 _GPU_FP32: dict[int, Tiles] = {
@@ -85,7 +85,11 @@ _GPU_FP32: dict[int, Tiles] = {
 }
 # 16-bit inputs with attention dropout: entries here replace _GPU_16BIT's (the Philox random numbers
 # raise register pressure, so the best tiles can differ); a head dim not listed uses _GPU_16BIT's.
-_GPU_16BIT_DROPOUT: dict[int, Tiles] = {}
+# Measured with `python -m kernels.tuning --head-dims 32,64 --dropout 0.1` (same run as above).
+_GPU_16BIT_DROPOUT: dict[int, Tiles] = {
+    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 64, 4, 3)),
+    64: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
+}
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
 
 TILES_ENV = "LRA_KERNEL_TILES"

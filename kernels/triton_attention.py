@@ -27,9 +27,9 @@ dK/dV in one pass over key tiles and dQ in another pass over query tiles: every 
 written by exactly one program, so the backward is deterministic and uses no atomics.
 
 Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-10 keyed by a 64-bit seed, with
-the counter ``(key index // 8, query index, batch * heads + head, 0)``; its 128 output bits are
-eight 16-bit numbers, one per key of the group of 8, so one Philox call serves 8 keys. Every
-(b, h, i, j) has its own (counter, half-word) pair whatever the tile sizes, so the backward passes
+the counter ``(key index // 16, query index, batch * heads + head, 0)``; its 128 output bits are
+sixteen bytes, one per key of the group of 16, so one Philox call serves 16 keys. Every
+(b, h, i, j) has its own (counter, byte) pair whatever the tile sizes, so the backward passes
 regenerate exactly the forward's mask and no counter wraps even when N_q * N_k > 2**32 (each
 counter word stays below 2**32 for any N < 2**32).
 
@@ -83,29 +83,31 @@ def _store_tile(ptrs, x, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr,
 @triton.jit
 def dropout_keep(seed, bh, rows, start_n, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Dropout keep-mask (bool, (BLOCK_M, BLOCK_N)) of query rows ``rows`` x keys
-    ``start_n + [0, BLOCK_N)`` of (batch * heads + head) ``bh``; ``start_n`` is a multiple of 8.
+    ``start_n + [0, BLOCK_N)`` of (batch * heads + head) ``bh``; ``start_n`` is a multiple of 16.
 
     Philox-4x32-10 (Salmon et al., 2011) keyed by the 64-bit ``seed``, one call per query row and
-    group of 8 consecutive keys: counter ``(j // 8, i, bh, 0)``; its four 32-bit output words give
-    eight 16-bit numbers, and key ``j`` takes half ``j % 2`` (0 = low bits) of word ``(j % 8) // 2``.
-    A key is kept iff its 16-bit number is ``>= threshold`` (``round(dropout_p * 2**16)``). The
-    (BLOCK_M, BLOCK_N // 8) words are interleaved along the key axis with ``tl.join`` +
-    ``tl.reshape``. Every pass builds its mask with this one function (the dK/dV pass transposes
-    the result), so all of them agree bit for bit.
+    group of 16 consecutive keys: counter ``(j // 16, i, bh, 0)``; its four 32-bit output words are
+    sixteen bytes, and key ``j`` takes byte ``j % 4`` (0 = lowest) of word ``(j % 16) // 4``. A key
+    is kept iff its byte is ``>= threshold`` (``round(dropout_p * 256)``). The (BLOCK_M,
+    BLOCK_N // 16) words are interleaved along the key axis with ``tl.join`` + ``tl.reshape``.
+    Every pass builds its mask with this one function (the dK/dV pass transposes the result), so
+    all of them agree bit for bit.
     """
-    tl.static_assert(BLOCK_N % 8 == 0, "dropout_keep: BLOCK_N must be a multiple of 8")
-    zero = tl.zeros((BLOCK_M, BLOCK_N // 8), dtype=tl.uint32)
-    groups = start_n // 8 + tl.arange(0, BLOCK_N // 8)
+    tl.static_assert(BLOCK_N % 16 == 0, "dropout_keep: BLOCK_N must be a multiple of 16")
+    zero = tl.zeros((BLOCK_M, BLOCK_N // 16), dtype=tl.uint32)
+    groups = start_n // 16 + tl.arange(0, BLOCK_N // 16)
     c0 = zero + groups[None, :].to(tl.uint32)
     c1 = zero + rows[:, None].to(tl.uint32)
     c2 = zero + bh.to(tl.uint32)
     r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, zero)
-    # key 8g + 2r + s takes half s of word r = 2a + b. tl.join appends a trailing axis, so nest from
-    # the most significant index bit to the least: [m, g, a, b] = word 2a + b, then [m, g, a, b, s];
-    # the row-major reshape puts element (g, a, b, s) at key 8g + 4a + 2b + s
+    # key 16g + 4r + s takes byte s = 2c + e of word r = 2a + b. tl.join appends a trailing axis, so
+    # nest from the most significant index bit to the least: [m, g, a, b] = word 2a + b, then its
+    # 16-bit halves c, then their bytes e; the row-major reshape puts (g, a, b, c, e) at key
+    # 16g + 8a + 4b + 2c + e
     words = tl.join(tl.join(r0, r2), tl.join(r1, r3))
-    halves = tl.reshape(tl.join(words & 0xFFFF, words >> 16), (BLOCK_M, BLOCK_N))
-    return halves.to(tl.int32) >= threshold
+    halves = tl.join(words & 0xFFFF, words >> 16)
+    octets = tl.reshape(tl.join(halves & 0xFF, halves >> 8), (BLOCK_M, BLOCK_N))
+    return octets.to(tl.int32) >= threshold
 
 
 @triton.jit

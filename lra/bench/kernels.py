@@ -195,6 +195,12 @@ def _classify(err: BaseException) -> tuple[str, str]:
     return "error", f"{type(err).__name__}: {text}"
 
 
+def not_run_after_oom(row: dict, first_oom_seq_len: int) -> dict:
+    """The row of a cell skipped because a shorter length of the same (impl, pass, d, pattern) ran
+    out of memory."""
+    return {**row, "status": "oom", "note": f"not run: out of memory at N={first_oom_seq_len}"}
+
+
 def _measure(forward, shape, pass_name: str, dtype, warmup: float, rep: float, seed: int) -> tuple[float, float]:
     """(median ms, extra peak GiB) of one pass on fresh random inputs."""
     import torch
@@ -456,7 +462,7 @@ def run(args) -> int:
             if report.has(impl, p, N, d, pattern):
                 continue
             if key in oom_from and N > oom_from[key]:
-                report.add(**row, status="oom", note=f"not run: out of memory at N={oom_from[key]}")
+                report.add(**not_run_after_oom(row, oom_from[key]))
                 continue
             try:
                 forward = forward_factory()

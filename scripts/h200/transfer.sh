@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Device call 3 (issue #7): a scaled-down run of the Path-X transfer recipe, and Path-256 with the
-# recipe's butterfly layout. Scaled down (stated with the results): N_PF64 / N_PATHX generated
+# Device call 3 (issues #7, #8): a scaled-down run of the Path-X transfer recipe, Path-256 with the
+# recipe's butterfly layout, then (time permitting) the compiled model benchmark and the baselines. Scaled down (stated with the results): N_PF64 / N_PATHX generated
 # images (split 80/10/10), every stage capped by train.max_minutes, Path-X batch 32.
 #   lane 0: pretrain Path-64 (capped at PRE_MIN minutes), fine-tune Path-X from it (FT_MIN minutes)
 #   lane 1: Path-X from scratch, same schedule, batch and cap; then Path-256 (65,536 tokens) with
-#           flash_sparse and the butterfly layout, trained and evaluated end to end
+#           flash_sparse and the butterfly layout, trained and evaluated end to end; then
+#           `lra bench models` compiled (flash, sdpa, softmax) and the approximate baselines
 # Usage (device): OUT=$OUT LRA_GIT_REV=<rev> bash scripts/h200/transfer.sh
 RECIPE=transfer
 source "$(dirname "$0")/lib.sh"
 N_PF64=${N_PF64:-40000}
 N_PATHX=${N_PATHX:-20000}
-PRE_MIN=${PRE_MIN:-3.3}
-FT_MIN=${FT_MIN:-3.3}
+PRE_MIN=${PRE_MIN:-2.6}
+FT_MIN=${FT_MIN:-2.6}
 # the Path-X stages: 3 epochs, 4 validations per epoch on 1,000 images; whatever the cap allows
 PATHX=(finetune:train.batch_size=32 finetune:epochs=3 finetune:evals_per_epoch=4 finetune:data.limit_eval=1000
        "finetune:train.max_minutes=$FT_MIN")
@@ -41,6 +42,12 @@ lane1() {
       --preset paper --runs-dir "$RUNS" --data-dir "$DATA" --no-progress \
       train.batch_size=8 train.max_steps=40 train.val_check_interval=20 data.limit_train=320 data.limit_eval=40 \
       optim.warmup_steps=4
+  say "model benchmark: compiled, small regime"
+  timeout "$(left 5)" python3 -m lra bench models --attentions flash sdpa softmax --regimes small --modes compiled \
+      --seq-lens 1024 16384 --out "$WORK/models_compiled.csv"
+  say "model benchmark: approximate baselines and long lengths, eager, small regime"
+  timeout "$(left 5)" python3 -m lra bench models --attentions performer linformer bigbird flash flash_sparse \
+      --regimes small --modes eager --seq-lens 4096 --long-seq-lens 32768 65536 --out "$WORK/models_long.csv"
   say "lane 1 done"
 }
 

@@ -39,8 +39,8 @@ def attention_reference(q, k, v, *, key_padding_mask=None, causal=False, softmax
     p = torch.where(any_ok, torch.softmax(torch.where(any_ok, s, torch.zeros_like(s)), dim=-1), torch.zeros_like(s))
     p = p.masked_fill(~ok, 0.0)
     if keep is not None:
-        # the kernels round the drop rate to a multiple of 2**-16 and scale by the rounded rate
-        p_eff = min(round(dropout_p * 2**16), 2**16 - 1) / 2**16
+        # the kernels round the drop rate to a multiple of 1/256 and scale by the rounded rate
+        p_eff = min(round(dropout_p * 256), 255) / 256
         p = p * keep.to(dev).double() / (1.0 - p_eff)
     return p @ v, lse
 
@@ -76,11 +76,11 @@ def philox4x32(seed: int, c0, c1, c2, c3, rounds: int = 10):
 
 def dropout_keep_reference(seed: int, heads: int, rows: np.ndarray, cols: np.ndarray, b: int, h: int,
                            dropout_p: float) -> np.ndarray:
-    """The documented scheme: with w = Philox(seed, (j // 8, i, b*H+h, 0)), keep (i, j) of (b, h) iff
-    16-bit half j % 2 of word w[(j % 8) // 2] >= min(round(p * 2**16), 2**16 - 1)."""
+    """The documented scheme: with w = Philox(seed, (j // 16, i, b*H+h, 0)), keep (i, j) of (b, h) iff
+    byte j % 4 of word w[(j % 16) // 4] >= min(round(p * 256), 255)."""
     cols = np.asarray(cols)
-    words = philox4x32(seed, (cols // 8)[None, :], rows[:, None], np.uint32(b * heads + h), np.uint32(0))
+    words = philox4x32(seed, (cols // 16)[None, :], rows[:, None], np.uint32(b * heads + h), np.uint32(0))
     words = np.stack(np.broadcast_arrays(*words))  # (4, rows, cols)
-    w = np.take_along_axis(words, np.broadcast_to((cols % 8) // 2, words.shape[1:])[None], axis=0)[0]
-    half = (w >> (np.uint32(16) * (cols % 2).astype(np.uint32))) & np.uint32(0xFFFF)
-    return half.astype(np.int64) >= min(int(round(dropout_p * 2**16)), 2**16 - 1)
+    w = np.take_along_axis(words, np.broadcast_to((cols % 16) // 4, words.shape[1:])[None], axis=0)[0]
+    octet = (w >> (np.uint32(8) * (cols % 4).astype(np.uint32))) & np.uint32(0xFF)
+    return octet.astype(np.int64) >= min(int(round(dropout_p * 256)), 255)

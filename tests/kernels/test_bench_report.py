@@ -51,3 +51,15 @@ def test_run_without_cuda_says_why(capsys):
         pytest.skip("this machine has CUDA: the benchmark would really run")
     assert bench.run(_parser().parse_args([])) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_cells_skipped_after_an_oom_become_oom_rows(tmp_path):
+    report = bench.Report(tmp_path, "k", {"device": "TestGPU", "settings": {"dtype": "bf16"}})
+    row = dict(impl="softmax", seq_len=65536, head_dim=64, batch=1, heads=32, dtype="bf16", pattern="dense",
+               density=1.0, ms=None, tflops=None, extra_mem_gb=None, note="")
+    row["pass"] = "fwd"
+    report.add(**bench.not_run_after_oom(row, 32768))
+    report.flush()
+    df = pd.read_csv(tmp_path / "k.csv")
+    assert df.loc[0, "status"] == "oom" and df.loc[0, "note"] == "not run: out of memory at N=32768"
+    assert "oom" in (tmp_path / "k.md").read_text()
