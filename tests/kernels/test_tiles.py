@@ -19,23 +19,25 @@ def restore_tables():
     tiles._GPU_16BIT_DROPOUT.update(saved[1])
 
 
-def _write(tmp_path, name, best, dropout=0.0):
+def _write(tmp_path, name, best, dropout=0.0, head_dim=64):
     path = tmp_path / name
-    path.write_text(json.dumps({"device": "x", "results": {"64": {"best": best, "dropout": dropout}}}))
+    path.write_text(json.dumps({"device": "x", "results": {str(head_dim): {"best": best, "dropout": dropout}}}))
     return str(path)
 
 
 def test_tuning_json_replaces_the_tuned_passes_only(tmp_path, restore_tables):
     cuda = torch.device("cuda")
-    before = tiles.select(cuda, torch.bfloat16, 64)
-    lines = tiles.load_tuning(_write(tmp_path, "t.json", {"fwd": [256, 64, 8, 3]}))
-    after = tiles.select(cuda, torch.bfloat16, 64)
+    before = tiles.select(cuda, torch.bfloat16, 128)
+    lines = tiles.load_tuning(_write(tmp_path, "t.json", {"fwd": [256, 64, 8, 3]}, head_dim=128))
+    after = tiles.select(cuda, torch.bfloat16, 128)
     assert after.fwd == tiles.PassTiles(256, 64, 8, 3)
     assert after.dkdv == before.dkdv and after.dq == before.dq
-    assert "d=64" in lines[0]
-    # without a dropout entry, the dropout path uses the same tiles; CPU tiles never change
-    assert tiles.select(cuda, torch.bfloat16, 64, dropout=True) == after
-    assert tiles.select(torch.device("cpu"), torch.bfloat16, 64) == tiles._CPU
+    assert "d=128" in lines[0]
+    # without a dropout entry (d=128 has none), the dropout path uses the same tiles
+    assert 128 not in tiles._GPU_16BIT_DROPOUT
+    assert tiles.select(cuda, torch.bfloat16, 128, dropout=True) == after
+    # CPU tiles never change
+    assert tiles.select(torch.device("cpu"), torch.bfloat16, 128) == tiles._CPU
 
 
 def test_dropout_tuning_fills_its_own_table(tmp_path, restore_tables, monkeypatch):
