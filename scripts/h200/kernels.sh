@@ -17,7 +17,7 @@ lane0() {
       --out "$KEEP/tuning_dropout.json"
   cp "$KEEP/tuning_dropout.json" "$WORK/" 2>/dev/null
   say "dense grid d=64,32"
-  timeout "$(left 5)" python3 -m lra bench kernels --tiles "$KEEP/tuning.json" --flex-dynamic --head-dims 64,32 \
+  timeout -k 5 "$(left 5)" python3 -m lra bench kernels --tiles "$KEEP/tuning.json" --flex-dynamic --head-dims 64,32 \
       --sparse-layouts none --approx none --warmup 10 --rep 50 --out "$WORK" --name dense_a --time-budget "$(left 30)"
   say "lane 0 done"
 }
@@ -36,7 +36,7 @@ lane1() {
       --approx performer,linformer,bigbird --approx-seq-lens 1k,4k,16k --approx-head-dims 32,64 \
       --warmup 10 --rep 50 --out "$WORK" --name approx --time-budget 100
   say "block-sparse grid"
-  timeout "$(left 5)" python3 -m lra bench kernels --tiles "$tiles" --flex-dynamic --head-dims '' \
+  timeout -k 5 "$(left 5)" python3 -m lra bench kernels --tiles "$tiles" --flex-dynamic --head-dims '' \
       --sparse-layouts bigbird,local,butterfly --sparse-head-dims 64,32 --approx none --warmup 10 --rep 50 \
       --out "$WORK" --name sparse --time-budget "$(left 30)"
   say "lane 1 done"

@@ -14,30 +14,35 @@ ddp() {
   say "ListOps data"
   lra data generate listops --out "$DATA" --workers 16 || return
   say "DDP 2 GPUs, global batch 32 (2 x 16), the paper's 5,000 steps"
-  timeout "${DDP_S:-170}" python3 -m lra train --task listops --attention flash --preset paper --devices 2 \
+  # -k: a DDP rank that ignores SIGTERM (blocked in a collective) must not hang the whole call
+  timeout -k 10 "${DDP_S:-230}" python3 -m lra train --task listops --attention flash --preset paper --devices 2 \
       --strategy ddp --runs-dir "$RUNS" --data-dir "$DATA" --no-progress train.batch_size=16
   say "DDP done"
 }
 
-bench() { timeout "$(left 5)" python3 -m lra bench models "$@"; }
+bench() { timeout -k 5 "$(left 5)" python3 -m lra bench models "$@"; }
 
 lane0() {
-  say "eager, small + paper regimes"
-  bench --attentions flash sdpa softmax flash_sparse --regimes small paper --modes eager \
-      --seq-lens 1024 2048 4096 8192 16384 --out "$WORK/models_eager.csv"
+  say "eager, small regime"
+  bench --attentions flash sdpa softmax flash_sparse --regimes small --modes eager \
+      --seq-lens 1024 4096 16384 --out "$WORK/models_eager.csv"
   say "eager, small regime, attention dropout 0"
-  bench --attentions flash sdpa --regimes small --modes eager --seq-lens 1024 4096 16384 --attention-dropout 0 \
+  bench --attentions flash sdpa --regimes small --modes eager --seq-lens 1024 16384 --attention-dropout 0 \
       --out "$WORK/models_nodropout.csv"
+  say "eager, paper regime"
+  bench --attentions flash sdpa softmax flash_sparse --regimes paper --modes eager \
+      --seq-lens 1024 4096 --out "$WORK/models_paper.csv"
   say "lane 0 done"
 }
 
 lane1() {
   cp results/kernels/raw/dense_a.* results/kernels/raw/sparse.* "$WORK/" 2>/dev/null
   say "dense grid d=32 (+ d=64 leftovers)"
-  timeout "$(left 5)" python3 -m lra bench kernels --resume --flex-dynamic --head-dims 64,32 --sparse-layouts none \
-      --approx none --warmup 10 --rep 50 --out "$WORK" --name dense_a --time-budget "$(( $(left 30) - 90 ))"
+  timeout -k 5 "$(left 5)" python3 -m lra bench kernels --resume --flex-dynamic --head-dims 32,64 \
+      --sparse-layouts none --approx none --warmup 10 --rep 50 --out "$WORK" --name dense_a \
+      --time-budget "$(( $(left 30) - 60 ))"
   say "block-sparse grid d=32 leftovers"
-  timeout "$(left 5)" python3 -m lra bench kernels --resume --flex-dynamic --head-dims '' \
+  timeout -k 5 "$(left 5)" python3 -m lra bench kernels --resume --flex-dynamic --head-dims '' \
       --sparse-layouts bigbird,local,butterfly --sparse-head-dims 64,32 --approx none --warmup 10 --rep 50 \
       --out "$WORK" --name sparse --time-budget "$(left 25)"
   say "lane 1 done"

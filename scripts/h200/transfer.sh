@@ -28,25 +28,25 @@ wait
 
 lane0() {
   say "pretrain Path-64, then fine-tune Path-X"
-  timeout "$(left 5)" python3 -m lra transfer --target pathx --until finetune --runs "$RUNS" --data-dir "$DATA" \
+  timeout -k 5 "$(left 5)" python3 -m lra transfer --target pathx --until finetune --runs "$RUNS" --data-dir "$DATA" \
       --no-progress "${PRETRAIN[@]}" "${PATHX[@]}"
   say "lane 0 done"
 }
 
 lane1() {
   say "Path-X from scratch"
-  timeout "$(left 5)" python3 -m lra transfer --target pathx --from-scratch --runs "$RUNS" --data-dir "$DATA" \
+  timeout -k 5 "$(left 5)" python3 -m lra transfer --target pathx --from-scratch --runs "$RUNS" --data-dir "$DATA" \
       --no-progress "${SCRATCH[@]}"
   say "Path-256, flash_sparse, butterfly layout"
-  timeout "$(left 5)" python3 -m lra train --task path256 --attention flash_sparse --attention.layout butterfly \
+  timeout -k 5 "$(left 5)" python3 -m lra train --task path256 --attention flash_sparse --attention.layout butterfly \
       --preset paper --runs-dir "$RUNS" --data-dir "$DATA" --no-progress \
       train.batch_size=8 train.max_steps=40 train.val_check_interval=20 data.limit_train=320 data.limit_eval=40 \
       optim.warmup_steps=4
   say "model benchmark: compiled, small regime"
-  timeout "$(left 5)" python3 -m lra bench models --attentions flash sdpa softmax --regimes small --modes compiled \
+  timeout -k 5 "$(left 5)" python3 -m lra bench models --attentions flash sdpa softmax --regimes small --modes compiled \
       --seq-lens 1024 16384 --out "$WORK/models_compiled.csv"
   say "model benchmark: approximate baselines and long lengths, eager, small regime"
-  timeout "$(left 5)" python3 -m lra bench models --attentions performer linformer bigbird flash flash_sparse \
+  timeout -k 5 "$(left 5)" python3 -m lra bench models --attentions performer linformer bigbird flash flash_sparse \
       --regimes small --modes eager --seq-lens 4096 --long-seq-lens 32768 65536 --out "$WORK/models_long.csv"
   say "lane 1 done"
 }
