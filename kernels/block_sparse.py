@@ -31,7 +31,7 @@ import weakref
 import torch
 
 from . import layouts as _layouts
-from . import ops  # noqa: F401  (registers torch.ops.lra_kernels.*)
+from . import ops
 from .dropout import draw_seed
 from .tiles import Tiles, select
 from .validation import check_attention_inputs
@@ -194,6 +194,5 @@ def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0)
     plans = compiled.plans(shape.n_q, shape.n_k, causal, tiles)
-    out, _lse = torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale,
-                                                tiles.as_list())
+    out, _lse = ops.attention(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale, tiles.as_list())
     return out

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from . import ops  # noqa: F401  (registers torch.ops.lra_kernels.*)
+from . import ops
 from .dropout import draw_seed
 from .tiles import select
 from .validation import check_attention_inputs
@@ -45,6 +45,6 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, dropout=dropout_p > 0.0).as_list()
-    out, lse = torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, None, None, None, None, None, None,
-                                               causal, dropout_p, scale, tiles)
+    out, lse = ops.attention(q, k, v, key_padding_mask, seed, None, None, None, None, None, None,
+                             causal, dropout_p, scale, tiles)
     return (out, lse) if return_lse else out
