@@ -112,6 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds; start no new cell after this (what was measured is kept)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows of an existing <out>/<name>.csv and measure only the missing cells")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="CSV",
+                        help="measure nothing: merge these benchmark CSVs (later files win on the same cell) into "
+                             "<out>/<name>.csv/.md/.meta.json, keeping each part's provenance; needs no GPU")
     parser.add_argument("--tiles", default=None,
                         help="JSON files (comma-separated) from `python -m kernels.tuning --out` whose best tiles "
                              "replace the GPU table (the same as setting $LRA_KERNEL_TILES)")
@@ -305,10 +308,14 @@ def _cell_text(row) -> str:
 def render_markdown(df: pd.DataFrame, meta: dict) -> str:
     lines = [f"# Kernel benchmark — {meta.get('device', '?')}", ""]
     lines.append(f"- command: `{meta.get('command', '')}`")
-    v = meta.get("versions", {})
+    v = meta.get("versions") or {}
     lines.append(f"- versions: torch {v.get('torch')}, triton {v.get('triton')}, python {v.get('python')}")
     lines.append(f"- date: {meta.get('date')}, git revision: {meta.get('git_rev')}")
-    s = meta.get("settings", {})
+    for part in meta.get("merged_from", []):
+        lines.append(f"- part `{part.get('csv')}` ({part.get('rows')} rows): `{part.get('command')}` on "
+                     f"{part.get('device')}, {part.get('date')}, git {part.get('git_rev')}"
+                     + (f"; {part['incomplete']}" if part.get("incomplete") else ""))
+    s = meta.get("settings") or {}
     lines.append(f"- dtype {s.get('dtype')}, B*N = {s.get('tokens')} tokens, hidden {s.get('hidden')} (H = hidden/d), "
                  f"causal={s.get('causal')}; medians of triton.testing.do_bench")
     lines.append("")
@@ -411,9 +418,50 @@ def _flops(B, H, N, d, pass_name, causal, density=1.0) -> float:
     return 4.0 * B * H * N * N * d * FLOP_FACTOR[pass_name] * (0.5 if causal else 1.0) * density
 
 
+KEY = ["impl", "pass", "seq_len", "head_dim", "pattern"]
+
+
+def merge_reports(paths: list[str], out_dir: str, name: str) -> pd.DataFrame:
+    """Merge benchmark CSVs written by separate runs (e.g. one per GPU) into one report. A cell
+    measured in several parts keeps the row of the last part that has it; the merged meta lists
+    every part's provenance (command, date, git revision, device, versions)."""
+    frames, parts = [], []
+    for path in paths:
+        csv = Path(path)
+        df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+        missing = set(COLUMNS) - set(df.columns)
+        if missing:
+            raise ValueError(f"{csv} lacks columns {sorted(missing)}: not a `lra bench kernels` CSV")
+        frames.append(df[COLUMNS])
+        meta_path = csv.with_suffix(".meta.json")
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        parts.append({"csv": csv.name, "rows": len(df),
+                      **{k: meta.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings",
+                                                  "tiles", "wall_s", "incomplete")}})
+    merged = pd.concat(frames, ignore_index=True).drop_duplicates(subset=KEY, keep="last")
+    first = parts[0]
+    meta = {"merged_from": parts, "device": first.get("device"), "versions": first.get("versions"),
+            "date": max(str(p.get("date")) for p in parts), "git_rev": ", ".join(
+                dict.fromkeys(str(p.get("git_rev")) for p in parts)),
+            "command": "lra bench kernels --merge " + " ".join(Path(p).name for p in paths),
+            "settings": first.get("settings") or {}}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(out, name, meta)
+    report.rows = [{c: (None if isinstance(r[c], float) and math.isnan(r[c]) else r[c]) for c in COLUMNS}
+                   for r in merged.to_dict("records")]
+    report.flush()
+    return report.frame()
+
+
 def run(args) -> int:
     import torch
 
+    if args.merge:
+        frame = merge_reports(args.merge, args.out, args.name)
+        print(summary_table(frame))
+        print(f"\nmerged {len(args.merge)} files, {len(frame)} rows -> {Path(args.out) / args.name}.csv/.md/.meta.json")
+        return 0
     if not torch.cuda.is_available():
         print("lra bench kernels: needs a CUDA GPU (the kernels' speed is only meaningful there); "
               "torch.cuda.is_available() is False", file=sys.stderr)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pandas as pd
 import pytest
@@ -63,3 +64,29 @@ def test_cells_skipped_after_an_oom_become_oom_rows(tmp_path):
     df = pd.read_csv(tmp_path / "k.csv")
     assert df.loc[0, "status"] == "oom" and df.loc[0, "note"] == "not run: out of memory at N=32768"
     assert "oom" in (tmp_path / "k.md").read_text()
+
+
+def test_merge_reports_keeps_every_cell_once_and_each_parts_provenance(tmp_path):
+    def part(name, rows, rev):
+        d = tmp_path / "parts"
+        report = bench.Report(d, name, {"device": "TestGPU", "git_rev": rev, "date": f"2026-11-30T1{rev}",
+                                        "command": f"run {name}", "settings": {"dtype": "bf16"}})
+        for impl, n, ms in rows:
+            row = dict(impl=impl, seq_len=n, head_dim=64, batch=1, heads=32, dtype="bf16", pattern="dense",
+                       density=1.0, ms=ms, tflops=1.0 / ms, extra_mem_gb=0.1, status="ok", note="")
+            row["pass"] = "fwd"
+            report.add(**row)
+        report.flush()
+        return str(d / f"{name}.csv")
+
+    a = part("a", [("ours", 1024, 1.0), ("sdpa_flash", 1024, 1.5)], "1")
+    b = part("b", [("ours", 1024, 0.9), ("ours", 2048, 3.0)], "2")
+    frame = bench.merge_reports([a, b], str(tmp_path / "out"), "merged")
+    assert len(frame) == 3
+    assert frame.loc[(frame.impl == "ours") & (frame.seq_len == 1024), "ms"].item() == 0.9  # later part wins
+    meta = json.loads((tmp_path / "out" / "merged.meta.json").read_text())
+    assert [p["command"] for p in meta["merged_from"]] == ["run a", "run b"] and meta["git_rev"] == "1, 2"
+    assert "TestGPU" in (tmp_path / "out" / "merged.md").read_text()
+    with pytest.raises(ValueError, match="not a `lra bench kernels` CSV"):
+        (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
+        bench.merge_reports([str(tmp_path / "bad.csv")], str(tmp_path / "out"), "m2")
