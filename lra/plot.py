@@ -251,7 +251,8 @@ def kernel_tflops(kernels: pd.DataFrame, out_dir: str | Path) -> PlotResult:
         style = "pattern"
     passes = [p for p in ("fwd", "bwd", "fwd_bwd") if p in set(df["pass"])] + \
         sorted(set(df["pass"]) - {"fwd", "bwd", "fwd_bwd"})
-    configs = sorted(df["config"].unique())
+    df = df.sort_values(["head_dim", "seq_len"], kind="stable")
+    configs = list(dict.fromkeys(df["config"]))  # by head dim, numerically (d=32 before d=128)
     setup_style()
     grid = sns.relplot(
         data=df, x="seq_len", y="tflops", hue="impl", style=style, col="pass", col_order=passes,
