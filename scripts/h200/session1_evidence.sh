@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU evidence in one device call: ListOps `paper` run with flash (issue 6), Path-256 end to end with
 # flash_sparse (issue 7) and the model-level benchmark rows for the exact attentions (issue 8).
-# Usage: OUT=/some/dir [LRA_GIT_REV=...] bash scripts/h200_evidence.sh
+# Usage: OUT=/some/dir [LRA_GIT_REV=...] bash scripts/h200/session1_evidence.sh
 # Everything lands flat in $OUT (the device tool returns at most 8 files, two folders deep).
 set -uo pipefail
 OUT=${OUT:?set OUT}
