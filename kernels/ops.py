@@ -112,18 +112,8 @@ def launch_fwd(
     return out, lse
 
 
-@torch.library.custom_op("lra_kernels::flash_fwd", mutates_args=())
-def flash_fwd(
-    q: Tensor, k: Tensor, v: Tensor,
-    key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
-    fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor],
-    dkdv_indices: Optional[Tensor], dkdv_counts: Optional[Tensor],
-    dq_indices: Optional[Tensor], dq_counts: Optional[Tensor],
-    causal: bool, dropout_p: float, softmax_scale: float, tiles: list[int],
-) -> tuple[Tensor, Tensor]:
-    """The forward as an opaque op for torch.compile; see :func:`launch_fwd`."""
-    return launch_fwd(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkdv_indices, dkdv_counts,
-                      dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles)
+# the same function as an opaque op for torch.compile (schema from launch_fwd's annotations)
+flash_fwd = torch.library.custom_op("lra_kernels::flash_fwd", mutates_args=())(launch_fwd)
 
 
 @flash_fwd.register_fake
@@ -192,18 +182,7 @@ def launch_bwd(
     return dq, dk, dv
 
 
-@torch.library.custom_op("lra_kernels::flash_bwd", mutates_args=())
-def flash_bwd(
-    grad_out: Tensor, grad_lse: Optional[Tensor],
-    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-    key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
-    dkdv_indices: Optional[Tensor], dkdv_counts: Optional[Tensor],
-    dq_indices: Optional[Tensor], dq_counts: Optional[Tensor],
-    causal: bool, dropout_p: float, softmax_scale: float, tiles: list[int],
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The backward as an opaque op for torch.compile; see :func:`launch_bwd`."""
-    return launch_bwd(grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
-                      dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles)
+flash_bwd = torch.library.custom_op("lra_kernels::flash_bwd", mutates_args=())(launch_bwd)
 
 
 @flash_bwd.register_fake
