@@ -4,7 +4,8 @@
 # images (split 80/10/10), every stage capped by train.max_minutes, Path-X batch 32.
 #   lane 0: pretrain Path-64 (capped at PRE_MIN minutes), fine-tune Path-X from it (FT_MIN minutes)
 #   lane 1: Path-X from scratch, same schedule, batch and cap; then Path-256 (65,536 tokens) with
-#           flash_sparse and the butterfly layout, trained and evaluated end to end; then
+#           flash_sparse and the butterfly layout, trained and evaluated end to end; 20 Path-X steps at
+#           the recipe's batch of 256 (measured step time for the cost estimate); then
 #           `lra bench models` compiled (flash, sdpa, softmax) and the approximate baselines
 # Usage (device): OUT=$OUT LRA_GIT_REV=<rev> bash scripts/h200/transfer.sh
 RECIPE=transfer
@@ -42,6 +43,10 @@ lane1() {
       --preset paper --runs-dir "$RUNS" --data-dir "$DATA" --no-progress \
       train.batch_size=8 train.max_steps=40 train.val_check_interval=20 data.limit_train=320 data.limit_eval=40 \
       optim.warmup_steps=4
+  say "Path-X step time at the recipe's batch of 256 (for lra transfer --estimate-cost)"
+  timeout -k 5 "$(left 5)" python3 -m lra train --task pathx --attention flash --preset paper --runs-dir "$RUNS" \
+      --data-dir "$DATA" --no-progress train.max_steps=20 train.val_check_interval=20 train.throughput_warmup_steps=5 \
+      train.limit_val_batches=2 data.limit_eval=512 optim.warmup_steps=5
   say "model benchmark: compiled, small regime"
   timeout -k 5 "$(left 5)" python3 -m lra bench models --attentions flash sdpa softmax --regimes small --modes compiled \
       --seq-lens 1024 16384 --out "$WORK/models_compiled.csv"
