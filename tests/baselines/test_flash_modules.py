@@ -10,24 +10,10 @@ import baselines.flash as flash_modules
 from baselines.flash import (
     BlockSparseFlashAttention,
     FlashAttention,
-    KernelsShadowedError,
     import_kernels,
     sparse_layout_arguments,
 )
 from lra import attention as registry
-
-
-def _kernels_or_skip():
-    try:
-        kernels = import_kernels()
-    except KernelsShadowedError as err:  # a test-environment bug, not the kernels being mid-work
-        pytest.fail(str(err))
-    except ImportError as err:
-        pytest.skip(f"`import kernels` fails (kernel package mid-work?): {err}")
-    missing = [n for n in ("flash_attention", "block_sparse_flash_attention", "layouts") if not hasattr(kernels, n)]
-    if missing:
-        pytest.skip(f"`kernels` imports but lacks {', '.join(missing)} (kernel package mid-work?)")
-    return kernels
 
 
 def dense_reference(q, k, v, key_padding_mask=None, block_layout=None, block_size=None):
@@ -72,7 +58,6 @@ def test_broken_kernels_package_gives_clear_errors_and_registry_still_works(monk
 
 
 def test_flash_module_matches_reference_and_drops_out_only_in_training():
-    _kernels_or_skip()
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 40, 16, generator=gen) for _ in range(3))
     mask = torch.zeros(2, 40, dtype=torch.bool)
@@ -85,7 +70,6 @@ def test_flash_module_matches_reference_and_drops_out_only_in_training():
 
 
 def test_sparse_layout_is_built_once_and_sliced_for_shorter_sequences():
-    _kernels_or_skip()
     attention = BlockSparseFlashAttention(max_len=160, num_heads=2, layout="bigbird", block_size=16, seed=3)
     assert attention.layout.shape == (2, 10, 10)
     gen = torch.Generator().manual_seed(1)
@@ -99,7 +83,6 @@ def test_sparse_layout_is_built_once_and_sliced_for_shorter_sequences():
 
 
 def test_sparse_bad_block_size_or_short_layout_fail_at_construction():
-    _kernels_or_skip()
     with pytest.raises(ValueError, match="block_size"):
         BlockSparseFlashAttention(max_len=160, num_heads=2, layout="local", block_size=24)
     with pytest.raises(ValueError, match="cannot build layout='bigbird' for max_len=64"):
@@ -111,7 +94,7 @@ def test_triton_imported_before_the_interpreter_switch_is_reported_not_a_triton_
     the kernels fail inside Triton; can_run and the modules say what happened instead."""
     if torch.cuda.is_available():
         pytest.skip("the interpreter switch only matters without CUDA")
-    kernels = _kernels_or_skip()
+    kernels = import_kernels()
     fake_standard = types.ModuleType("triton.language.standard")
     fake_standard.sum = object()  # what a JITFunction built without the interpreter looks like here
     monkeypatch.setitem(sys.modules, "triton.language.standard", fake_standard)

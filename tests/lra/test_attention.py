@@ -24,24 +24,7 @@ WITH_DROPOUT = ("flash", "flash_sparse", "softmax", "sdpa", "linformer", "bigbir
 USES_KERNELS = ("flash", "flash_sparse")
 
 
-def _skip_if_kernels_unavailable(name):
-    if name not in USES_KERNELS:
-        return
-    from baselines.flash import KernelsShadowedError, import_kernels
-
-    try:
-        kernels = import_kernels()
-    except KernelsShadowedError as err:  # a test-environment bug, not the kernels being mid-work
-        pytest.fail(str(err))
-    except ImportError as err:
-        pytest.skip(f"{name}: `import kernels` fails (kernel package mid-work?): {err}")
-    needed = "flash_attention" if name == "flash" else "block_sparse_flash_attention"
-    if not hasattr(kernels, needed):
-        pytest.skip(f"{name}: `kernels` imports but has no `{needed}` yet (kernel package mid-work?)")
-
-
 def make(name, **extra):
-    _skip_if_kernels_unavailable(name)
     return registry.build(name, **{**CONTEXT, **CASES[name], **extra})
 
 
