@@ -268,18 +268,24 @@ def preset_tasks() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def load_preset_file(task: str) -> dict:
-    path = preset_path(task)
-    if not path.is_file():
-        raise ValueError(f"no preset file for task {task!r} ({path}); tasks with presets: "
-                         f"{', '.join(preset_tasks())}")
+def read_yaml_mapping(path: Path, entries: str) -> dict:
+    """A YAML file holding a mapping (of ``entries``, for the error); ValueError naming the file if
+    it is not valid YAML or not a mapping."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise ValueError(f"{path}: invalid YAML: {err}") from err
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of preset names to sections")
+        raise ValueError(f"{path}: expected a mapping of {entries}")
     return data
+
+
+def load_preset_file(task: str) -> dict:
+    path = preset_path(task)
+    if not path.is_file():
+        raise ValueError(f"no preset file for task {task!r} ({path}); tasks with presets: "
+                         f"{', '.join(preset_tasks())}")
+    return read_yaml_mapping(path, "preset names to sections")
 
 
 def preset_names(task: str) -> list[str]:

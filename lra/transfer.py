@@ -38,10 +38,9 @@ from typing import Iterable
 
 import pytorch_lightning as pl
 import torch
-import yaml
 from torch import nn
 
-from lra.config import PRESET_DIR, ModelConfig, RunConfig, parse_overrides, resolve
+from lra.config import PRESET_DIR, ModelConfig, RunConfig, parse_overrides, read_yaml_mapping, resolve
 from lra.model import DataSpec, MultiHeadSelfAttention
 from lra.positional import GridPositionalEmbedding, upsample_grid
 from lra.records import RECORD_NAME, atomic_write_text, read_record
@@ -420,13 +419,7 @@ def _load_recipe_file(target: str) -> dict:
     path = recipe_path(target)
     if not path.is_file():
         raise ValueError(f"no transfer recipes for {target!r}: {path} is missing")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: invalid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of recipe names to recipes")
-    return data
+    return read_yaml_mapping(path, "recipe names to recipes")
 
 
 def _override_list(value, where: str) -> list[str]:
