@@ -245,6 +245,12 @@ def _measure(forward, shape, pass_name: str, dtype, warmup: float, rep: float, s
     return float(ms), float(extra)
 
 
+def _rows(df: pd.DataFrame) -> list[dict]:
+    """Rows of a benchmark CSV as the dicts Report keeps (missing values as None)."""
+    return [{c: (None if isinstance(r[c], float) and math.isnan(r[c]) else r[c]) for c in COLUMNS}
+            for r in df.to_dict("records")]
+
+
 class Report:
     """Accumulates rows; rewrites CSV + Markdown + meta atomically after every cell."""
 
@@ -259,9 +265,7 @@ class Report:
             missing = set(COLUMNS) - set(old.columns)
             if missing:
                 raise ValueError(f"{self.csv} lacks columns {sorted(missing)}: not a `lra bench kernels` CSV")
-            for rec in old.to_dict("records"):
-                self.rows.append({c: (None if isinstance(rec[c], float) and math.isnan(rec[c]) else rec[c])
-                                  for c in COLUMNS})
+            self.rows = _rows(old)
             earlier = []
             if self.meta_path.exists():
                 try:
@@ -448,8 +452,7 @@ def merge_reports(paths: list[str], out_dir: str, name: str) -> pd.DataFrame:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out, name, meta)
-    report.rows = [{c: (None if isinstance(r[c], float) and math.isnan(r[c]) else r[c]) for c in COLUMNS}
-                   for r in merged.to_dict("records")]
+    report.rows = _rows(merged)
     report.flush()
     return report.frame()
 
