@@ -25,6 +25,8 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
+from lra.records import RECORD_NAME
+
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 # Section names a preset or an override may use, mapped to the dataclass that types them.
@@ -142,6 +144,10 @@ class RunConfig:
 
     def run_dir(self) -> Path:
         return Path(self.runs_dir) / self.task / self.attention / self.run_id()
+
+    def record_path(self) -> Path:
+        """The run's result.json."""
+        return self.run_dir() / RECORD_NAME
 
     # ---- (de)serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -71,7 +71,7 @@ class PlannedRun:
 
     @property
     def record_path(self) -> Path:
-        return self.run_dir / RECORD_NAME
+        return self.config.record_path()
 
     @property
     def label(self) -> str:

@@ -35,7 +35,7 @@ from lra.callbacks import SaveOnInterrupt, TrainingStats, ValidateAtEnd
 from lra.config import RunConfig
 from lra.model import DataSpec
 from lra.module import LraModule
-from lra.records import RECORD_NAME, write_record
+from lra.records import write_record
 
 MONITOR = "val/acc"
 
@@ -269,7 +269,7 @@ def _record(config: RunConfig, *, status: str, error: str | None, created: str, 
 def write_status_record(config: RunConfig, status: str, error: str | None) -> Path:
     """A record for a run that never trained (e.g. an impossible combination in a sweep)."""
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    path = config.run_dir() / RECORD_NAME
+    path = config.record_path()
     return write_record(path, _record(config, status=status, error=error, created=now,
                                       runtime=resolve_runtime(config), module=None, summary=None,
                                       trainer=None, test_acc=None))
@@ -309,7 +309,7 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     run_dir = config.run_dir()
     ckpt_dir = run_dir / "checkpoints"
     last = ckpt_dir / "last.ckpt"
-    record_path = run_dir / RECORD_NAME
+    record_path = config.record_path()
     rank0 = is_global_zero()
     existing = _read_existing(record_path) if record_path.exists() else None
 

@@ -564,7 +564,7 @@ class PlannedStage:
 
     @property
     def record_path(self) -> Path:
-        return self.run_dir / RECORD_NAME
+        return self.config.record_path()
 
     def state(self) -> str:
         """done | resume | failed | new (from the files in the run folder)."""
