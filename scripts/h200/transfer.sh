@@ -15,11 +15,16 @@ N_PATHX=${N_PATHX:-20000}
 PRE_MIN=${PRE_MIN:-2.6}
 FT_MIN=${FT_MIN:-2.6}
 # the Path-X stages: 3 epochs, 4 validations per epoch on 1,000 images; whatever the cap allows
-PATHX=(finetune:train.batch_size=32 finetune:epochs=3 finetune:evals_per_epoch=4 finetune:data.limit_eval=1000
+# every stage reads only the generated images (data.limit_* = the generated split sizes; without them
+# a stage would generate the full 200,000-image dataset of its task first)
+PF64_TRAIN=$(( N_PF64 * 8 / 10 )); PATHX_TRAIN=$(( N_PATHX * 8 / 10 ))
+PF64_EVAL=${PF64_EVAL:-2000}; PATHX_EVAL=${PATHX_EVAL:-1000}   # validation images per evaluation (<= N / 10)
+PATHX=(finetune:train.batch_size=32 "finetune:data.limit_train=$PATHX_TRAIN" finetune:epochs=3 finetune:evals_per_epoch=4 "finetune:data.limit_eval=$PATHX_EVAL"
        "finetune:train.max_minutes=$FT_MIN")
-SCRATCH=(scratch:train.batch_size=32 scratch:epochs=3 scratch:evals_per_epoch=4 scratch:data.limit_eval=1000
+SCRATCH=(scratch:train.batch_size=32 "scratch:data.limit_train=$PATHX_TRAIN" scratch:epochs=3 scratch:evals_per_epoch=4 "scratch:data.limit_eval=$PATHX_EVAL"
          "scratch:train.max_minutes=$FT_MIN")
-PRETRAIN=("pretrain:train.max_minutes=$PRE_MIN" pretrain:evals_per_epoch=2)
+PRETRAIN=("pretrain:train.max_minutes=$PRE_MIN" pretrain:evals_per_epoch=2 "pretrain:data.limit_train=$PF64_TRAIN"
+          "pretrain:data.limit_eval=$PF64_EVAL")
 
 say "data: Path-64 $N_PF64, Path-X $N_PATHX, Path-256 400 images"
 lra data generate pathfinder64 --n "$N_PF64" --out "$DATA" --workers 12 > "$WORK/data_pf64.log" 2>&1 &
@@ -46,7 +51,7 @@ lane1() {
   say "Path-X step time at the recipe's batch of 256 (for lra transfer --estimate-cost)"
   timeout -k 5 "$(left 5)" python3 -m lra train --task pathx --attention flash --preset paper --runs-dir "$RUNS" \
       --data-dir "$DATA" --no-progress train.max_steps=20 train.val_check_interval=20 train.throughput_warmup_steps=5 \
-      train.limit_val_batches=2 data.limit_eval=512 optim.warmup_steps=5
+      train.limit_val_batches=2 "data.limit_train=$PATHX_TRAIN" "data.limit_eval=$PATHX_EVAL" optim.warmup_steps=5
   say "model benchmark: compiled, small regime"
   timeout -k 5 "$(left 5)" python3 -m lra bench models --attentions flash sdpa softmax --regimes small --modes compiled \
       --seq-lens 1024 16384 --out "$WORK/models_compiled.csv"
