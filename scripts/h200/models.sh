@@ -4,8 +4,9 @@
 #          run's global batch of 32, so the learning curves compare); done in session 2
 #   lane 0: `lra bench models`, eager, small and paper batch regimes, flash / sdpa / softmax /
 #           flash_sparse at 1K-16K; then flash and sdpa with attention dropout 0 (the cost of dropout)
-#   lane 1: the same compiled (small regime); the approximate baselines and 32K / 64K, eager
-# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [DDP=1] bash scripts/h200/models.sh
+#   lane 1: the same compiled (small regime; COMPILED=0 leaves it out); the approximate baselines
+#           and 32K / 64K, eager
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [DDP=1] [COMPILED=0] bash scripts/h200/models.sh
 RECIPE=models
 source "$(dirname "$0")/lib.sh"
 
@@ -32,12 +33,14 @@ lane0() {
 }
 
 lane1() {
-  say "compiled, small regime"
-  bench --attentions flash sdpa softmax flash_sparse --regimes small --modes compiled --seq-lens 1024 4096 16384 \
-      --out "$WORK/models_compiled.csv"
+  if [[ "${COMPILED:-1}" == 1 ]]; then
+    say "compiled, small regime"
+    bench --attentions flash sdpa softmax flash_sparse --regimes small --modes compiled --seq-lens 1024 4096 16384 \
+        --out "$WORK/models_compiled.csv"
+  fi
   say "approximate baselines + long lengths, eager, small regime"
   bench --attentions performer linformer bigbird flash flash_sparse --regimes small --modes eager \
-      --seq-lens 1024 4096 16384 --long-seq-lens 32768 65536 --out "$WORK/models_long.csv"
+      --seq-lens 1024 2048 4096 8192 16384 --long-seq-lens 32768 65536 --out "$WORK/models_long.csv"
   say "lane 1 done"
 }
 
