@@ -1,0 +1,93 @@
+"""Where the time of one eager LRA training step goes (issue 8): cProfile + torch.profiler.
+
+Builds the `lra bench models` model (paper size) for each attention at one N and batch, runs warm-up
+steps, then profiles 10 steps: cProfile (Python, sorted by cumulative and by own time) and
+torch.profiler (CPU + CUDA, ops sorted by self CPU time). Writes <out>/<attention>_N<n>_B<b>.txt.
+
+    python scripts/h200/profile_step.py --attentions flash sdpa --seq-len 1024 --batch 32 --out prof
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lra.bench.models import NUM_CLASSES, VOCAB_SIZE, paper_model_config
+from lra.model import DataSpec, build_model
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--attentions", nargs="+", default=["flash", "sdpa"])
+    p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--attention-dropout", type=float, default=0.1)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = device.type == "cuda"
+    for name in args.attentions:
+        torch.manual_seed(0)
+        model = build_model(paper_model_config(args.attention_dropout),
+                            DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES, max_len=args.seq_len),
+                            attention=name, attention_options={}, seed=0).to(device).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if cuda else {}))
+        x = torch.randint(0, VOCAB_SIZE, (args.batch, args.seq_len), device=device)
+        y = torch.randint(0, NUM_CLASSES, (args.batch,), device=device)
+
+        def step() -> None:
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
+                logits = model(x)
+            F.cross_entropy(logits.float(), y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        for _ in range(5):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        cpu_ms = (time.perf_counter() - t0) * 1e3 / args.steps  # CPU time to issue one step
+        if cuda:
+            torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - t0) * 1e3 / args.steps
+        report = io.StringIO()
+        report.write(f"{name}: N={args.seq_len} batch={args.batch} issue {cpu_ms:.2f} ms/step, "
+                     f"wall {wall_ms:.2f} ms/step\n\n")
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.steps):
+            step()
+        prof.disable()
+        if cuda:
+            torch.cuda.synchronize()
+        for key in ("cumulative", "tottime"):
+            stats = pstats.Stats(prof, stream=report)
+            stats.sort_stats(key).print_stats(35)
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        with torch.profiler.profile(activities=activities) as tp:
+            for _ in range(3):
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+        report.write(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+        if cuda:
+            report.write(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=25))
+        path = args.out / f"{name}_N{args.seq_len}_B{args.batch}.txt"
+        path.write_text(report.getvalue())
+        print(report.getvalue().splitlines()[0], "->", path)
+
+
+if __name__ == "__main__":
+    main()
