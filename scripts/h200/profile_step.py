@@ -76,7 +76,7 @@ def main() -> None:
             stats = pstats.Stats(prof, stream=report)
             stats.sort_stats(key).print_stats(35)
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-        with torch.profiler.profile(activities=activities) as tp:
+        with torch.profiler.profile(activities=activities, with_stack=True) as tp:
             for _ in range(3):
                 step()
             if cuda:
@@ -84,6 +84,8 @@ def main() -> None:
         report.write(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
         if cuda:
             report.write(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=25))
+        # the same ops split by the Python stack that called them (which line of ours costs what)
+        report.write(tp.key_averages(group_by_stack_n=8).table(sort_by="self_cpu_time_total", row_limit=12))
         path = args.out / f"{name}_N{args.seq_len}_B{args.batch}.txt"
         path.write_text(report.getvalue())
         print(report.getvalue().splitlines()[0], "->", path)

@@ -7,10 +7,11 @@ import torch
 import kernels
 from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention
 
+from kernel_helpers import DEVICE  # CPU here; on a CUDA machine the same cases run on the GPU
+
 
 def _qkv(n_q=8, n_k=8, d=16, dtype=torch.float32, batch=1, heads=2):
-    return (torch.randn(batch, heads, n_q, d, dtype=dtype), torch.randn(batch, heads, n_k, d, dtype=dtype),
-            torch.randn(batch, heads, n_k, d, dtype=dtype))
+    return tuple(torch.randn(batch, heads, n, d, dtype=dtype).to(DEVICE) for n in (n_q, n_k, n_k))
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +24,7 @@ def no_kernel_launch(monkeypatch):
 
 q, k, v = _qkv()
 CASES = [
-    (dict(q=q.numpy()), TypeError, "q must be a torch.Tensor"),
+    (dict(q=q.cpu().numpy()), TypeError, "q must be a torch.Tensor"),
     (dict(q=q[0]), ValueError, "q must have 4 dims"),
     (dict(k=k[:, :, :, None]), ValueError, "k must have 4 dims"),
     (dict(q=q.to(torch.int32)), TypeError, "dtype torch.int32"),
@@ -35,8 +36,8 @@ CASES = [
     (dict(k=_qkv(d=32)[1], v=_qkv(d=32)[2]), ValueError, "head_dim 16 but k/v have head_dim 32"),
     (dict(zip("qkv", _qkv(d=129))), ValueError, "head_dim 129 is not supported"),
     (dict(zip("qkv", _qkv(n_q=0))), ValueError, "empty input"),
-    (dict(key_padding_mask=torch.zeros(1, 8)), TypeError, "key_padding_mask must have dtype torch.bool"),
-    (dict(key_padding_mask=torch.zeros(8, dtype=torch.bool)), ValueError, "key_padding_mask must have shape"),
+    (dict(key_padding_mask=torch.zeros(1, 8, device=DEVICE)), TypeError, "key_padding_mask must have dtype torch.bool"),
+    (dict(key_padding_mask=torch.zeros(8, dtype=torch.bool, device=DEVICE)), ValueError, "key_padding_mask must have shape"),
     (dict(key_padding_mask=torch.zeros(1, 8, dtype=torch.bool, device="meta")), ValueError, "key_padding_mask is on"),
     (dict(key_padding_mask=[[False] * 8]), TypeError, "key_padding_mask must be a bool tensor"),
     (dict(dropout_p=1.0), ValueError, "dropout_p must be in [0, 1)"),
@@ -58,21 +59,23 @@ def test_bad_input(fn, change, error, message):
         if fn == "dense":
             flash_attention(*tensors, **args)
         else:
-            block_sparse_flash_attention(*tensors, torch.ones(1, 1, dtype=torch.bool), block_size=32, **args)
+            block_sparse_flash_attention(*tensors, torch.ones(1, 1, dtype=torch.bool, device=DEVICE), block_size=32,
+                                         **args)
     assert message in str(info.value)
 
 
 LAYOUT_CASES = [
-    (torch.ones(1, 1), 32, TypeError, "torch.bool"),
+    (torch.ones(1, 1, device=DEVICE), 32, TypeError, "torch.bool"),
     ([[True]], 32, TypeError, "layout must be"),
-    (torch.ones(2, 1, dtype=torch.bool), 32, ValueError, "blocks"),
-    (torch.ones(1, 1, 1, 1, dtype=torch.bool), 32, ValueError, "dims"),
-    (torch.ones(3, 1, 1, dtype=torch.bool), 32, ValueError, "heads"),
+    (torch.ones(2, 1, dtype=torch.bool, device=DEVICE), 32, ValueError, "blocks"),
+    (torch.ones(1, 1, 1, 1, dtype=torch.bool, device=DEVICE), 32, ValueError, "dims"),
+    (torch.ones(3, 1, 1, dtype=torch.bool, device=DEVICE), 32, ValueError, "heads"),
     (torch.ones(1, 1, dtype=torch.bool, device="meta"), 32, ValueError, "layout is on"),
-    (torch.ones(1, 1, dtype=torch.bool), 48, ValueError, "block_size must be one of"),
-    (torch.ones(1, 1, dtype=torch.bool), 32.0, TypeError, "block_size must be an int"),
-    (BlockSparseLayout.from_dense(torch.ones(1, 1, dtype=torch.bool), 64), 32, ValueError, "built for block_size=64"),
-    (BlockSparseLayout.from_dense(torch.ones(2, 2, dtype=torch.bool), 32), 32, ValueError, "blocks"),
+    (torch.ones(1, 1, dtype=torch.bool, device=DEVICE), 48, ValueError, "block_size must be one of"),
+    (torch.ones(1, 1, dtype=torch.bool, device=DEVICE), 32.0, TypeError, "block_size must be an int"),
+    (BlockSparseLayout.from_dense(torch.ones(1, 1, dtype=torch.bool, device=DEVICE), 64), 32, ValueError,
+     "built for block_size=64"),
+    (BlockSparseLayout.from_dense(torch.ones(2, 2, dtype=torch.bool, device=DEVICE), 32), 32, ValueError, "blocks"),
 ]
 
 
