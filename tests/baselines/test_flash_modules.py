@@ -16,8 +16,15 @@ from baselines.flash import (
 from lra import attention as registry
 
 
+# CPU (interpreter) here; on a CUDA machine the modules run the compiled kernels on the GPU
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def dense_reference(q, k, v, key_padding_mask=None, block_layout=None, block_size=None):
-    q, k, v = (t.double() for t in (q, k, v))
+    """float64 masked softmax attention on the CPU."""
+    q, k, v = (t.detach().double().cpu() for t in (q, k, v))
+    key_padding_mask = key_padding_mask.cpu() if key_padding_mask is not None else None
+    block_layout = block_layout.cpu() if block_layout is not None else None
     n = q.shape[2]
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     allowed = torch.ones(1, 1, n, n, dtype=torch.bool)
@@ -59,25 +66,25 @@ def test_broken_kernels_package_gives_clear_errors_and_registry_still_works(monk
 
 def test_flash_module_matches_reference_and_drops_out_only_in_training():
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 2, 40, 16, generator=gen) for _ in range(3))
-    mask = torch.zeros(2, 40, dtype=torch.bool)
+    q, k, v = (torch.randn(2, 2, 40, 16, generator=gen).to(DEVICE) for _ in range(3))
+    mask = torch.zeros(2, 40, dtype=torch.bool, device=DEVICE)
     mask[1, 23:] = True
     attention = FlashAttention(dropout=0.3).eval()
     out = attention(q, k, v, mask)
-    torch.testing.assert_close(out.double(), dense_reference(q, k, v, mask), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.double().cpu(), dense_reference(q, k, v, mask), rtol=1e-4, atol=1e-4)
     torch.manual_seed(0)
     assert not torch.allclose(attention.train()(q, k, v, mask), out)
 
 
 def test_sparse_layout_is_built_once_and_sliced_for_shorter_sequences():
-    attention = BlockSparseFlashAttention(max_len=160, num_heads=2, layout="bigbird", block_size=16, seed=3)
+    attention = BlockSparseFlashAttention(max_len=160, num_heads=2, layout="bigbird", block_size=16, seed=3).to(DEVICE)
     assert attention.layout.shape == (2, 10, 10)
     gen = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(1, 2, 100, 16, generator=gen) for _ in range(3))  # 7 blocks, the last one partial
+    q, k, v = (torch.randn(1, 2, 100, 16, generator=gen).to(DEVICE) for _ in range(3))  # 7 blocks, last one partial
     sliced = attention.layout_for(100)
     assert torch.equal(sliced, attention.layout[:, :7, :7])
     expected = dense_reference(q, k, v, block_layout=sliced, block_size=16)
-    torch.testing.assert_close(attention(q, k, v).double(), expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(attention(q, k, v).double().cpu(), expected, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="sequence length 176 exceeds max_len=160"):
         attention.layout_for(176)
 

@@ -133,7 +133,7 @@ def test_backward_is_deterministic():
     for _ in range(2):
         for x in (q, k, v):
             x.grad = None
-        flash_attention(q, k, v, causal=True).backward(torch.ones(1, 2, 130, 32, dtype=torch.bfloat16))
+        flash_attention(q, k, v, causal=True).backward(torch.ones(1, 2, 130, 32, dtype=torch.bfloat16, device=DEVICE))
         grads.append([x.grad.clone() for x in (q, k, v)])
     for a, b in zip(*grads):
         assert torch.equal(a, b)
