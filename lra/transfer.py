@@ -908,8 +908,9 @@ class StageCost:
     evals: int                      # validations over the whole stage
     val_batches: int | None         # batches per validation (None: unknown)
     step_ms: float | None           # measured training step (forward + backward + optimizer)
-    val_ms: float | None = None     # measured validation batch; None: estimated as step_ms / 3
+    val_ms: float | None = None     # measured validation batch; None: estimated from step_ms (below)
     step_source: str = ""
+    accumulate: int = 1             # micro-batches per optimizer step (a validation batch is one of them)
 
     @property
     def steps(self) -> int:
@@ -919,7 +920,7 @@ class StageCost:
         if self.step_ms is None:
             return {"train_h": None, "val_h": None, "gpu_h": None}
         train_h = self.steps * self.step_ms / 3.6e6
-        val_ms = self.val_ms if self.val_ms is not None else self.step_ms / 3.0
+        val_ms = self.val_ms if self.val_ms is not None else self.step_ms / self.accumulate / 3.0
         val_h = self.evals * (self.val_batches or 0) * val_ms / 3.6e6
         return {"train_h": train_h, "val_h": val_h, "gpu_h": self.devices * (train_h + val_h)}
 
@@ -929,8 +930,9 @@ def estimate_cost(stages: Iterable[StageCost]):
 
     Training: steps = steps_per_epoch x epochs, each taking the measured `step_ms` (the `step_time_ms`
     of a run record: a training step after warm-up, validation excluded). Validation: `evals`
-    passes of `val_batches` batches; a validation batch is a forward pass only, so without a
-    measurement it is taken as step_ms / 3 (forward ~ 1/3 of forward + backward). Wall hours times
+    passes of `val_batches` batches; a validation batch is a forward pass only over one micro-batch,
+    so without a measurement it is taken as step_ms / accumulate / 3 (forward ~ 1/3 of forward +
+    backward; an optimizer step of `accumulate` micro-batches costs `accumulate` of them). Wall hours times
     the number of GPUs gives GPU-hours. A stage without a measured step time shows no hours.
     """
     import pandas as pd

@@ -198,9 +198,10 @@ def _print_cost(transfer, stages, step_ms: dict, runs: Path) -> None:
         rows.append(transfer.StageCost(
             stage=stage.name, task=c.task, attention=c.attention, batch_size=c.train.batch_size,
             devices=transfer.world_size(c), steps_per_epoch=stage.steps_per_epoch, epochs=stage.epochs,
-            evals=evals, val_batches=val_batches, step_ms=ms, step_source=source))
+            evals=evals, val_batches=val_batches, step_ms=ms, step_source=source,
+            accumulate=c.train.accumulate_grad_batches))
     print("\nGPU-hours = GPUs x (steps x ms/step + evals x val batches x ms/val) / 3.6e6; "
-          "ms/val = ms/step / 3 unless measured; without prepared data, val batches follow the split fractions")
+          "ms/val = ms/step / accumulated batches / 3 unless measured; without prepared data, val batches follow the split fractions")
     transfer.print_table(transfer.estimate_cost(rows))
     if commands:
         print("\nstages without a measured step time; measure them (then rerun with --runs runs-measure, or "

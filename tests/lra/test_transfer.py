@@ -323,6 +323,9 @@ def test_cost_formula():
     assert df.loc[0, "gpu_h"] == pytest.approx(pre)
     assert df.loc[1, "gpu_h"] == pytest.approx(fine)
     assert df.iloc[-1]["stage"] == "total" and df.iloc[-1]["gpu_h"] == pytest.approx(pre + fine)
+    # Path-256: 4 accumulated micro-batches per optimizer step; a validation batch is one micro-batch
+    accumulated = transfer.estimate_cost([dataclasses.replace(stages[0], accumulate=4)])
+    assert accumulated.loc[0, "val_h"] == pytest.approx(200 * 79 * (36.0 / 4 / 3) / 3.6e6)
     unknown = transfer.estimate_cost([dataclasses.replace(stages[0], step_ms=None), stages[1]])
     assert unknown.iloc[-1]["gpu_h"] is None or unknown.iloc[-1]["gpu_h"] != unknown.iloc[-1]["gpu_h"]
 
