@@ -272,7 +272,7 @@ def curve_points(records: pd.DataFrame) -> pd.DataFrame:
     """Long frame of validation-accuracy curves: one row per (run, evaluation)."""
     df = table.normalise_records(records)
     if df.empty or "val_acc_curve" not in df.columns:
-        return pd.DataFrame(columns=["task", "seq_len", "attention", "variant", "run", "wall_s", "val_acc"])
+        return pd.DataFrame(columns=["task", "seq_len", "attention", "variant", "preset", "run", "wall_s", "val_acc"])
     rows = []
     for _, record in df.iterrows():
         curve = record["val_acc_curve"]
@@ -282,7 +282,8 @@ def curve_points(records: pd.DataFrame) -> pd.DataFrame:
             if not isinstance(point, dict) or point.get("val_acc") is None or point.get("wall_s") is None:
                 continue
             rows.append({"task": record["task"], "seq_len": record["seq_len"], "attention": record["attention"],
-                         "variant": record["variant"], "run": record["path"], "status": record["status"],
+                         "variant": record["variant"], "preset": record.get("preset"),
+                         "run": record["path"], "status": record["status"],
                          "wall_s": float(point["wall_s"]), "val_acc": float(point["val_acc"]) * 100.0})
     return pd.DataFrame(rows)
 
@@ -302,9 +303,13 @@ def training_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[
         unit, scale = ("h", 3600.0) if span > 3 * 3600 else ("min", 60.0) if span > 180 else ("s", 1.0)
         data["wall"] = data["wall_s"] / scale
         lengths = sorted(data["seq_len"].dropna().unique())
+        # runs of one attention under several presets (e.g. Path-X fine-tuned vs from scratch) differ by line style
+        data["Preset"] = data["preset"].fillna("-").astype(str)
+        several_presets = data["Preset"].nunique() > 1
         setup_style()
         grid = sns.relplot(
             data=data, x="wall", y="val_acc", hue="Attention", hue_order=_hue_order(data["Attention"]),
+            style="Preset" if several_presets else None,
             palette=attention_palette(data["Attention"]), units="run", estimator=None, kind="line",
             col="seq_len" if len(lengths) > 1 else None, height=2.6, aspect=1.5 if len(lengths) <= 1 else 1.1,
             alpha=0.85, linewidth=1.2)
