@@ -119,7 +119,7 @@ def _geo(xs):
 
 
 def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: float = 0.0,
-         loads: str = "ptr") -> dict:
+         loads: str = "ptr", passes=("fwd", "dkdv", "dq")) -> dict:
     results = {}
     for d in head_dims:
         base = select(torch.device("cuda"), dtype, d, dropout=dropout_p > 0.0)
@@ -145,7 +145,7 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
             return _geo(ms)
 
         best = {}
-        for kind in ("fwd", "dkdv", "dq"):
+        for kind in passes:
             scored = []
             for cand in candidates(kind, d, loads, getattr(base, kind)):
                 pt = PassTiles(*cand)
@@ -181,6 +181,8 @@ def main(argv=None) -> int:
     parser.add_argument("--loads", choices=("ptr", "tma", "all"), default="ptr",
                         help="candidates: pointer loads (default), Hopper TMA / TMA + warp specialisation (led by "
                              "the table's entry and its TMA twin), or both")
+    parser.add_argument("--passes", default="fwd,dkdv,dq",
+                        help="passes to tune, comma-separated (the others keep the table's entry)")
     parser.add_argument("--out", default=None, help="JSON file for every timing")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -195,7 +197,7 @@ def main(argv=None) -> int:
 
     results = tune([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seq_lens.split(",")],
                    args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save, dropout_p=args.dropout,
-                   loads=args.loads)
+                   loads=args.loads, passes=[p for p in ("fwd", "dkdv", "dq") if p in args.passes.split(",")])
     print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages, loads)")
     for d, entry in results.items():
         print(f"{d}: {entry['best']}   sdpa: {json.dumps(entry['sdpa'])}")

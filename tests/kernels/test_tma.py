@@ -172,3 +172,16 @@ def test_warp_specialisation_only_where_triton_builds_it(monkeypatch):
     assert ops.warp_spec_applies("dkdv", ws4, **dict(plain, even_n=False))
     monkeypatch.setattr(triton, "__version__", "3.9.0")  # a Triton whose specialiser rejects the loops
     assert not ops.warp_spec_applies("fwd", ws4, **plain)
+
+
+def test_tuning_candidates_time_tma_against_the_table_entry():
+    from kernels import tuning
+
+    entry = PassTiles(128, 64, 8, 3)
+    tma = tuning.candidates("fwd", 64, "tma", entry)
+    assert tma[:2] == [(128, 64, 8, 3, LOADS_POINTERS), (128, 64, 8, 3, LOADS_TMA)]  # the anchors
+    assert any(c[4] == LOADS_TMA_WS and c[2] == 4 for c in tma)  # a warp-specialised 4-warp candidate
+    assert tuning.candidates("fwd", 64, "ptr", entry) == tuning.FWD
+    both = tuning.candidates("fwd", 64, "all", entry)
+    assert len(both) == len(set(PassTiles(*c) for c in both))  # the pointer anchor is not timed twice
+    assert all(PassTiles(*c) for c in tuning.candidates("dq", 128, "all", PassTiles(128, 32, 8, 3)))
