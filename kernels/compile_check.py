@@ -6,6 +6,12 @@ the launchers use, through Triton's real compiler for NVIDIA sm_90 (Hopper): by 
 Triton-GPU IR (fast; catches front-end and layout errors), with ``--ptx`` through LLVM to PTX.
 It needs no CUDA device and must run with ``TRITON_INTERPRET=0``.
 
+The opt-in TMA variants (``kernels.tiles.LOADS_TMA`` / ``LOADS_TMA_WS``) are compiled too; with
+``--ptx`` the check fails unless their PTX has ``cp.async.bulk.tensor`` copies and, where the
+launcher asks for warp specialisation, the kernel came out with more warps (producer + consumer
+warpgroups). ``--full`` also compiles every TMA candidate of ``kernels.tuning``, because a Triton
+compiler crash there aborts the process instead of raising.
+
 Variants whose flags say every dimension is a multiple of its tile (``EVEN_*``) are specialised as
 the JIT specialises a contiguous input of such a shape: unit strides become the constant 1 and
 pointers and the other integers are marked divisible by 16. That is what turns the kernels' loads
@@ -22,10 +28,16 @@ import time
 
 
 def _variants(quick: bool):
-    """(kernel name, dtype, block_m, block_n, block_d, num_warps, num_stages, flags) to compile: the
-    GPU tile table's entries (head dim 64; all head dims with ``quick=False``) for the hot paths
-    (plain, dropout, block-sparse; aligned shapes) and a ragged everything-on variant."""
-    from .tiles import _GPU_16BIT, _GPU_FP32
+    """(kernel name, dtype, block_m, block_n, block_d, num_warps, num_stages, loads, flags) to
+    compile: the GPU tile table's entries (head dim 64; all head dims with ``quick=False``) for the
+    hot paths (plain, dropout, block-sparse; aligned shapes) and a ragged everything-on variant;
+    then, for 16-bit inputs, the same tiles with TMA loads (plain, ragged) and, with 4 warps (the
+    only count Triton's Hopper warp specialiser takes), TMA plus warp specialisation (plain, and
+    with ``quick=False`` ragged and causal, which the launcher compiles without specialisation:
+    :func:`kernels.ops.warp_spec_applies`)."""
+    import dataclasses
+
+    from .tiles import _GPU_16BIT, _GPU_FP32, LOADS_POINTERS, LOADS_TMA, LOADS_TMA_WS
 
     even = dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=False, EVEN_M=True, EVEN_N=True, EVEN_D=True)
     flag_sets = [
@@ -36,16 +48,43 @@ def _variants(quick: bool):
     ]
     dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
     head_dims = [64] if quick else [16, 32, 64, 128]
-    for dtype, d, flags in itertools.product(dtypes, head_dims, flag_sets):
-        tiles = (_GPU_FP32 if dtype == "fp32" else _GPU_16BIT)[d]
-        if flags["SPARSE"]:
-            tiles = tiles.clamped(128)
-        for kernel, t in (("fwd", tiles.fwd), ("dkdv", tiles.dkdv), ("dq", tiles.dq)):
-            yield kernel, dtype, t.block_m, t.block_n, d, t.num_warps, t.num_stages, flags
+    tma_sets = [(LOADS_TMA, flag_sets[0]), (LOADS_TMA, flag_sets[3]), (LOADS_TMA_WS, flag_sets[0])]
+    if not quick:
+        tma_sets += [(LOADS_TMA_WS, flag_sets[3]), (LOADS_TMA_WS, dict(flag_sets[0], IS_CAUSAL=True))]
+    if not quick:
+        # every TMA candidate of kernels.tuning, as the tuner launches it (bf16, aligned, plain): a
+        # Triton compiler crash aborts the process, so none may first show up in a tuning run
+        from .tuning import candidates
+        from .tiles import PassTiles
+
+        for d, kernel in itertools.product((64, 128), ("fwd", "dkdv", "dq")):
+            anchor = getattr(_GPU_16BIT[d], kernel)
+            for cand in candidates(kernel, d, "tma", anchor):
+                t = PassTiles(*cand)
+                if t.loads != LOADS_POINTERS:
+                    yield kernel, "bf16", t.block_m, t.block_n, d, t.num_warps, t.num_stages, t.loads, flag_sets[0]
+    for dtype, d in itertools.product(dtypes, head_dims):
+        runs = [(LOADS_POINTERS, flags) for flags in flag_sets] + (tma_sets if dtype != "fp32" else [])
+        for loads, flags in runs:
+            tiles = (_GPU_FP32 if dtype == "fp32" else _GPU_16BIT)[d]
+            if flags["SPARSE"]:
+                tiles = tiles.clamped(128)
+            for kernel, t in (("fwd", tiles.fwd), ("dkdv", tiles.dkdv), ("dq", tiles.dq)):
+                warps = 4 if loads == LOADS_TMA_WS else t.num_warps
+                yield kernel, dtype, t.block_m, t.block_n, d, warps, t.num_stages, loads, flags
+
+
+_DESCRIPTORS = ("K_DESC", "V_DESC", "Q_DESC", "DO_DESC")
 
 
 def _signature(fn, dtype: str, constexprs: dict) -> dict:
-    """Triton type of every argument of ``fn`` by its name (constexprs marked as such)."""
+    """Triton type of every argument of ``fn`` by its name (constexprs marked as such). The
+    descriptor arguments are TMA descriptors of the loop's tiles with ``USE_TMA``, else (unused)
+    pointers."""
+    def desc(name):  # Q and dO tiles have BLOCK_M rows, K and V tiles BLOCK_N
+        rows = constexprs["BLOCK_M"] if name in ("Q_DESC", "DO_DESC") else constexprs["BLOCK_N"]
+        return f"tensordesc<{dtype}[1,1,{rows},{constexprs['BLOCK_D']}]>"
+
     pointer = {"Q": dtype, "K": dtype, "V": dtype, "O": dtype, "DO": dtype, "DQ": dtype, "DK": dtype, "DV": dtype,
                "LSE": "fp32", "LSE2": "fp32", "DELTA": "fp32", "DLSE": "fp32", "PAD": "u8", "SEED": "i64",
                "IDX": "i32", "CNT": "i32", "OUT": "u8"}
@@ -54,6 +93,8 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
+        elif name in _DESCRIPTORS:
+            sig[name] = desc(name) if constexprs.get("USE_TMA") else "*" + dtype
         elif name in pointer:
             sig[name] = "*" + pointer[name]
         elif name in floats:
@@ -101,21 +142,32 @@ def _resources(cubin: bytes) -> str:
     return " ".join(fields) + f" spill-stores:{sass.count('STL')}"
 
 
-def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, resources: bool = False) -> list[str]:
-    """Compiles the variants; returns one line per variant (raises on the first failure)."""
+def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, resources: bool = False,
+                     loads: str | None = None, kernel_names: str | None = None):
+    """Compiles the variants, yielding one line per variant as it is done (raises on the first
+    failure). ``loads`` / ``kernel_names``: only variants with these (comma-separated) load modes
+    ("ptr", "tma", "tma+ws") / kernels ("fwd", "dkdv", "dq")."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from . import triton_attention as kern
+    from .ops import warp_spec_applies
+    from .tiles import LOADS_NAMES, LOADS_POINTERS, LOADS_TMA_WS, PassTiles
 
     kernels = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}
     target = GPUTarget("cuda", arch, 32)
-    lines = []
-    for kernel, dtype, bm, bn, bd, warps, n_stages, flags in _variants(quick):
+    for kernel, dtype, bm, bn, bd, warps, n_stages, mode, flags in _variants(quick):
+        if loads and LOADS_NAMES[mode] not in loads.split(","):
+            continue
+        if kernel_names and kernel not in kernel_names.split(","):
+            continue
         fn = kernels[kernel]
+        # the launcher's choice: warp specialisation only where Triton can build it
+        ws = warp_spec_applies(kernel, PassTiles(bm, bn, warps, n_stages, mode), causal=flags["IS_CAUSAL"],
+                               dropout=flags["HAS_DROPOUT"], sparse=flags["SPARSE"], even_n=flags["EVEN_N"])
         constexprs = dict(flags, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DOT_PREC="ieee" if dtype == "fp32" else None,
-                          UPCAST=False)
+                          UPCAST=False, USE_TMA=mode != LOADS_POINTERS, WARP_SPEC=ws)
         sig = _signature(fn, dtype, constexprs)
         attrs = None
         if flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]:
@@ -143,11 +195,24 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
             module = stages["ttgir"](module, {})
         on = ",".join(k for k, v in flags.items() if v and not k.startswith("EVEN")) or "plain"
         even = "aligned" if attrs is not None else "ragged"
-        line = f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} w{warps} s{n_stages} {on:<28} {even:<7} ok ({time.perf_counter() - t0:.1f}s)"
+        line = (f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} w{warps} s{n_stages} {LOADS_NAMES[mode]:<6} {on:<28} "
+                f"{even:<7} ok ({time.perf_counter() - t0:.1f}s)")
         if resources and compiled is not None:
             line += "  " + _resources(compiled.asm["cubin"])
-        lines.append(line)
-    return lines
+        if ptx and compiled is not None and mode != LOADS_POINTERS:
+            # the point of the variant: the loop's tiles must arrive through the copy engine
+            n_tma = compiled.asm["ptx"].count("cp.async.bulk.tensor")
+            if n_tma == 0:
+                raise RuntimeError(f"{line}: no cp.async.bulk.tensor in the PTX of a TMA variant")
+            line += f"  tma-copies:{n_tma}"
+            if ws:
+                # specialised: a producer warpgroup plus two consumer warpgroups (12 warps)
+                line += f"  warps:{compiled.metadata.num_warps}"
+                if compiled.metadata.num_warps == warps:
+                    raise RuntimeError(f"{line}: warp specialisation requested but not applied")
+        if mode == LOADS_TMA_WS:
+            line += "  ws:on" if ws else "  ws:off (kernels.ops.warp_spec_applies)"
+        yield line
 
 
 def main(argv=None) -> int:
@@ -156,11 +221,14 @@ def main(argv=None) -> int:
     parser.add_argument("--ptx", action="store_true", help="compile through LLVM to PTX/cubin as well")
     parser.add_argument("--resources", action="store_true",
                         help="with --ptx: print registers, stack and spill stores of every variant")
+    parser.add_argument("--loads", default=None, help="only these load modes, comma-separated: ptr,tma,tma+ws")
+    parser.add_argument("--kernels", default=None, help="only these kernels, comma-separated: fwd,dkdv,dq")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run with TRITON_INTERPRET=0: the interpreter replaces the compiler", file=sys.stderr)
         return 2
-    for line in compile_variants(quick=not args.full, ptx=args.ptx, resources=args.resources):
+    for line in compile_variants(quick=not args.full, ptx=args.ptx, resources=args.resources, loads=args.loads,
+                                 kernel_names=args.kernels):
         print(line, flush=True)
     return 0
 

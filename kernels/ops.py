@@ -9,7 +9,7 @@ In eager mode :func:`attention` skips the custom-op machinery (its Python cost p
 times a small kernel's run time) and calls the same launchers through an ``autograd.Function``;
 while torch.compile traces, it emits the custom op.
 
-Launch arguments that both directions must agree on travel as op arguments: ``tiles`` (12 ints,
+Launch arguments that both directions must agree on travel as op arguments: ``tiles`` (15 ints,
 see :class:`kernels.tiles.Tiles`), the dropout seed tensor and the block-sparse index lists.
 Outputs are always freshly allocated contiguous tensors; inputs may have any strides.
 """
@@ -23,7 +23,7 @@ import triton
 
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
-from .tiles import PassTiles, Tiles, padded_head_dim
+from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, padded_head_dim
 
 Tensor = torch.Tensor
 
@@ -77,6 +77,104 @@ def _common_flags(q: Tensor, k: Tensor, pt_m: int, pt_n: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# TMA tensor descriptors (opt-in per pass: PassTiles.loads)
+# ---------------------------------------------------------------------------------------------
+def _interpreting() -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(kern.flash_fwd_kernel, InterpretedFunction)
+
+
+def _descriptor_class():
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # a Triton without host-side tensor descriptors
+        return None
+    return TensorDescriptor
+
+
+def tma_applies(*tensors: Tensor) -> bool:
+    """Whether the (B, H, N, d) ``tensors`` can be read through 4-D TMA descriptors: 16-bit
+    floats on a Hopper GPU (compute capability 9.x), or on CPU under Triton's interpreter (which
+    emulates descriptors, so the tests cover this path); base address 16-byte aligned, head dim
+    contiguous (stride 1), every other stride positive and, like the row (d elements), a multiple
+    of 16 bytes (the rules of ``triton.tools.tensor_descriptor.TensorDescriptor`` and of CUDA's
+    ``cuTensorMapEncodeTiled``).
+    Anything else (float32, Ampere/Blackwell, odd views, d * 2 bytes not a multiple of 16) keeps
+    the pointer path."""
+    if _descriptor_class() is None:
+        return False
+    for t in tensors:
+        if t.dtype not in (torch.float16, torch.bfloat16) or t.dim() != 4:
+            return False
+        if t.device.type == "cuda":
+            if _interpreting() or torch.cuda.get_device_capability(t.device)[0] != 9:
+                return False
+        elif not _interpreting():
+            return False
+        size = t.element_size()
+        if t.stride(3) != 1:
+            return False
+        if t.data_ptr() % 16 or (t.shape[3] * size) % 16:
+            return False
+        # broadcast (stride-0) dims are left to the pointer path: a tensor map wants real strides
+        if any(t.stride(i) <= 0 or (t.stride(i) * size) % 16 for i in range(3)):
+            return False
+    return True
+
+
+# Triton releases (major, minor) whose Hopper warp specialiser builds our TMA loops (checked offline
+# for sm_90 with kernels.compile_check): 3.6, the GPU machine's. Triton 3.9 rejects them (its data
+# partitioner halves the 128-row TMA tiles that the host-side descriptors fix at full size:
+# "descriptor block and tensor must have the same number of elements"), so there the TMA + warp
+# specialisation option runs as plain TMA.
+WARP_SPEC_TRITON = {(3, 6)}
+
+
+def warp_spec_supported() -> bool:
+    """Whether this Triton's warp specialisation is known to build the kernels' TMA loops."""
+    major, minor = (int(x) for x in triton.__version__.split(".")[:2])
+    return (major, minor) in WARP_SPEC_TRITON
+
+
+def warp_spec_applies(kernel: str, t: PassTiles, *, causal: bool, dropout: bool, sparse: bool,
+                      even_n: bool) -> bool:
+    """Whether a TMA pass (``kernel``: "fwd", "dkdv" or "dq") may warp-specialise its loop.
+
+    Triton 3.6's Hopper warp specialiser (the pass behind ``tl.range(warp_specialize=True)`` on
+    sm_90) handles only a function with one such loop, fed by TMA loads, and 4 warps (it then adds
+    a producer and a second consumer warpgroup: 12 warps in all, registers rebalanced with
+    ``setmaxnreg``; with other warp counts it leaves the loop alone). Compiled offline for sm_90
+    (``python -m kernels.compile_check``, 2026-11-30) it aborts the process (an assertion, not an
+    exception) or fails on: a second (masked) loop, i.e. causal, block-sparse, or a forward/dQ
+    whose N_k is not a multiple of block_n; dropout; and the dQ pass in every form (its LSE/delta
+    loads are not TMA: triton-lang/triton#9728). Those calls keep TMA and drop only the warp
+    specialisation, as do Tritons other than :data:`WARP_SPEC_TRITON`."""
+    if t.loads != LOADS_TMA_WS or t.num_warps != 4 or kernel == "dq" or not warp_spec_supported():
+        return False
+    if causal or dropout or sparse:
+        return False
+    return even_n or kernel == "dkdv"
+
+
+def _descriptors(t: PassTiles, tensors: tuple, warp_spec: bool) -> tuple[list, dict]:
+    """(the kernel's descriptor arguments, USE_TMA/WARP_SPEC flags) of a pass with tiles ``t``
+    that reads ``tensors`` (q, k, v[, grad_out]) in tiles of block_m (q, grad_out) or block_n (k, v)
+    rows: descriptors when ``t.loads`` asks for TMA and :func:`tma_applies` to all of them, else
+    the tensors themselves as unused placeholders (pointer path). ``warp_spec``: what
+    :func:`warp_spec_applies` says for this call."""
+    if t.loads == LOADS_POINTERS or not tma_applies(*tensors):
+        return list(tensors), dict(USE_TMA=False, WARP_SPEC=False)
+    desc = _descriptor_class()
+    d_pad = padded_head_dim(tensors[0].shape[3])
+    rows = [t.block_m, t.block_n, t.block_n, t.block_m]
+    # shape (B, H, N, d) and the real strides: rows >= N and columns >= d read as zero, per head
+    descs = [desc(x, list(x.shape), [x.stride(0), x.stride(1), x.stride(2), 1], [1, 1, r, d_pad])
+             for x, r in zip(tensors, rows)]
+    return descs, dict(USE_TMA=True, WARP_SPEC=warp_spec)
+
+
+# ---------------------------------------------------------------------------------------------
 # forward
 # ---------------------------------------------------------------------------------------------
 def launch_fwd(
@@ -97,17 +195,20 @@ def launch_fwd(
     sparse = fwd_indices is not None
     drop_threshold, drop_scale = _dropout_args(dropout_p)
     grid = _grid(triton.cdiv(n_q, t.block_m), B * H, sparse)
+    ws = warp_spec_applies("fwd", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
+                           even_n=n_k % t.block_n == 0)
+    descs, tma_flags = _descriptors(t, (q, k, v), ws)
     with _device_guard(q):
         kern.flash_fwd_kernel[grid](
             q, k, v, out, lse, pad, seed if seed is not None else q,
-            fwd_indices if sparse else q, fwd_counts if sparse else q,
+            fwd_indices if sparse else q, fwd_counts if sparse else q, *descs,
             *_s4(q), *_s4(k), *_s4(v), *_s4(out),
             pad.stride(0) if key_padding_mask is not None else 0, pad.stride(1) if key_padding_mask is not None else 0,
             *_sparse_strides(fwd_indices, fwd_counts),
             H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, drop_threshold, drop_scale,
             BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n),
             IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse,
-            num_warps=t.num_warps, num_stages=t.num_stages,
+            **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
         )
     return out, lse
 
@@ -160,24 +261,28 @@ def launch_bwd(
             BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None,
         )
         t = all_tiles.dkdv
+        ws = warp_spec_applies("dkdv", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
+                               even_n=n_k % t.block_n == 0)
+        descs, tma_flags = _descriptors(t, (q, k, v, grad_out), ws)
         kern.flash_bwd_dkdv_kernel[_grid(triton.cdiv(n_k, t.block_n), B * H, sparse)](
             q, k, v, grad_out, dk, dv, lse2, delta, pad, seed_arg,
-            dkdv_indices if sparse else q, dkdv_counts if sparse else q,
+            dkdv_indices if sparse else q, dkdv_counts if sparse else q, *descs,
             *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dk), *_s4(dv), *pad_strides,
             *_sparse_strides(dkdv_indices, dkdv_counts),
             H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
             BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
-            num_warps=t.num_warps, num_stages=t.num_stages,
+            **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
         )
         t = all_tiles.dq
+        descs, tma_flags = _descriptors(t, (q, k, v, grad_out), False)  # see warp_spec_applies
         kern.flash_bwd_dq_kernel[_grid(triton.cdiv(n_q, t.block_m), B * H, sparse)](
             q, k, v, grad_out, dq, lse2, delta, pad, seed_arg,
-            dq_indices if sparse else q, dq_counts if sparse else q,
+            dq_indices if sparse else q, dq_counts if sparse else q, *descs,
             *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,
             *_sparse_strides(dq_indices, dq_counts),
             H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
             BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
-            num_warps=t.num_warps, num_stages=t.num_stages,
+            **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
         )
     return dq, dk, dv
 

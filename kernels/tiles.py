@@ -1,10 +1,12 @@
 """Tile shapes and launch parameters of the attention kernels, per device, pass and head dim.
 
 A :class:`Tiles` value fixes, for each of the three passes (forward, backward dK/dV, backward dQ),
-the tile (BLOCK_M query rows x BLOCK_N key rows), ``num_warps`` and ``num_stages``. The public
-functions pick one with :func:`select` before launching and hand it, as a list of ints, to the
-forward *and* the backward op, so both always agree (block-sparse index lists are built for
-exactly these tiles).
+the tile (BLOCK_M query rows x BLOCK_N key rows), ``num_warps``, ``num_stages`` and how the tiles
+are loaded (``loads``: pointer arithmetic, the default everywhere, or opt-in Hopper TMA tensor
+descriptors, optionally with a warp-specialised loop; see ``LOADS_*``). The public functions pick
+one with :func:`select` before launching and hand it, as a list of 15 ints (:meth:`Tiles.as_list`),
+to the forward *and* the backward op, so both always agree (block-sparse index lists are built
+for exactly these tiles).
 
 GPU (sm_80+) values are a fixed table per padded head dim, measured on an H200 with
 ``python -m kernels.tuning`` (see ``results/kernels/README.md``); the forward follows the
@@ -27,12 +29,27 @@ from typing import Iterator
 import torch
 
 
+# PassTiles.loads: how a pass streams the operands of its inner loop (K/V in the forward and dQ pass,
+# Q/dO in the dK/dV pass)
+LOADS_POINTERS = 0  # pointer arithmetic; Triton pipelines the loads as cp.async copies (num_stages)
+LOADS_TMA = 1  # Hopper TMA tensor descriptors (4-D, over (B, H, N, d) with the caller's strides)
+LOADS_TMA_WS = 2  # TMA plus warp specialisation of the unmasked inner loop (producer / consumer warps)
+LOADS_NAMES = {LOADS_POINTERS: "ptr", LOADS_TMA: "tma", LOADS_TMA_WS: "tma+ws"}
+
+
 @dataclasses.dataclass(frozen=True)
 class PassTiles:
     block_m: int
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    # LOADS_*: a request; the launcher falls back to pointers where TMA cannot apply (see
+    # kernels.ops.tma_applies), so every table entry is valid on every device and layout
+    loads: int = LOADS_POINTERS
+
+    def __post_init__(self):
+        if self.loads not in LOADS_NAMES:
+            raise ValueError(f"PassTiles.loads must be one of {sorted(LOADS_NAMES)}, got {self.loads}")
 
     def clamped(self, block_size: int) -> "PassTiles":
         return dataclasses.replace(self, block_m=min(self.block_m, block_size), block_n=min(self.block_n, block_size))
@@ -45,17 +62,20 @@ class Tiles:
     dq: PassTiles
 
     def as_list(self) -> list[int]:
+        """15 ints: (block_m, block_n, num_warps, num_stages, loads) of fwd, dkdv, dq."""
         out: list[int] = []
         for p in (self.fwd, self.dkdv, self.dq):
-            out += [p.block_m, p.block_n, p.num_warps, p.num_stages]
+            out += [p.block_m, p.block_n, p.num_warps, p.num_stages, p.loads]
         return out
 
     @staticmethod
     def from_list(values) -> "Tiles":
+        """Inverse of :meth:`as_list`; also reads the older 12-int form (4 per pass, pointer loads)."""
         v = [int(x) for x in values]
-        if len(v) != 12:
-            raise ValueError(f"expected 12 tile parameters, got {len(v)}")
-        return Tiles(PassTiles(*v[0:4]), PassTiles(*v[4:8]), PassTiles(*v[8:12]))
+        if len(v) not in (12, 15):
+            raise ValueError(f"expected 15 (or 12) tile parameters, got {len(v)}")
+        w = len(v) // 3
+        return Tiles(*(PassTiles(*v[i * w:(i + 1) * w]) for i in range(3)))
 
     def clamped(self, block_size: int) -> "Tiles":
         return Tiles(self.fwd.clamped(block_size), self.dkdv.clamped(block_size), self.dq.clamped(block_size))

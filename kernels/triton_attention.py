@@ -34,7 +34,12 @@ regenerate exactly the forward's mask and no counter wraps even when N_q * N_k >
 counter word stays below 2**32 for any N < 2**32).
 
 No ``tl.make_block_ptr``: all addressing is pointer arithmetic with the caller's strides, so
-non-contiguous views (e.g. slices of a fused QKV projection) are read in place.
+non-contiguous views (e.g. slices of a fused QKV projection) are read in place. Opt-in (a tile
+option, see :mod:`kernels.tiles`), the operands streamed by an inner loop (K/V in the forward and
+dQ pass, Q/dO in the dK/dV pass) come through Hopper TMA tensor descriptors instead
+(``USE_TMA``), optionally with a warp-specialised loop (``WARP_SPEC``); the descriptors are 4-D
+over (B, H, N, d) with the caller's strides, so views are read in place there too, and the
+launcher falls back to pointers wherever TMA's alignment rules are not met.
 """
 from __future__ import annotations
 
@@ -78,6 +83,14 @@ def _store_tile(ptrs, x, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr,
             tl.store(ptrs, x, mask=offs_r[:, None] < n_rows)
         else:
             tl.store(ptrs, x, mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < head_dim))
+
+
+@triton.jit
+def _load_rows_tma(desc, b, h, start, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """(ROWS, BLOCK_D) tile of rows [start, start + ROWS) of head (b, h) through a 4-D TMA tensor
+    descriptor over (B, H, N, d): the copy engine zero-fills rows >= N and columns >= d, the same
+    values as :func:`_load_tile`'s masks (keys >= N_k are still masked out of the scores)."""
+    return desc.load([b, h, start, 0]).reshape(ROWS, BLOCK_D)
 
 
 @triton.jit
@@ -171,20 +184,26 @@ def _program_tile(CNT, stride_ch, stride_ct, H, n_rows, REVERSE: tl.constexpr, S
 # forward
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, lo, hi,
+def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_desc, v_desc, b32, h32,
+               pad_ptrs0, stride_pn, idx_base, lo, hi,
                offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
-               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-               HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_N: tl.constexpr,
+               EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+               HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+               USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
     """Online-softmax accumulation over key tiles [lo, hi) (positions, or list entries if SPARSE).
-    k_ptrs0/v_ptrs0/pad_ptrs0 address the key tile starting at key 0; tiles are reached by offsets."""
-    for it in range(lo, hi):
+    k_ptrs0/v_ptrs0/pad_ptrs0 address the key tile starting at key 0; tiles are reached by offsets
+    (``USE_TMA``: K and V come through the descriptors k_desc/v_desc of head (b32, h32) instead)."""
+    for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
         if SPARSE:
             start_n = tl.load(idx_base + it) * BLOCK_N
         else:
             start_n = it * BLOCK_N
         cols = start_n + offs_n
-        k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        if USE_TMA:
+            k = _load_rows_tma(k_desc, b32, h32, start_n, BLOCK_N, BLOCK_D)
+        else:
+            k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
             k = k.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
@@ -212,7 +231,10 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptr
         if HAS_DROPOUT:
             keep = dropout_keep(seed, bh, offs_m, start_n, drop_threshold, BLOCK_M, BLOCK_N)
             p = tl.where(keep, p, 0.0)
-        v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        if USE_TMA:
+            v = _load_rows_tma(v_desc, b32, h32, start_n, BLOCK_N, BLOCK_D)
+        else:
+            v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
             v = v.to(tl.float32)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
@@ -222,7 +244,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptr
 
 @triton.jit
 def flash_fwd_kernel(
-    Q, K, V, O, LSE, PAD, SEED, IDX, CNT,
+    Q, K, V, O, LSE, PAD, SEED, IDX, CNT, Q_DESC, K_DESC, V_DESC,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -234,7 +256,11 @@ def flash_fwd_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    USE_TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False,
 ):
+    """``USE_TMA``: Q_DESC/K_DESC/V_DESC are 4-D TMA descriptors of Q/K/V with (1, 1, BLOCK_M or
+    BLOCK_N, BLOCK_D) blocks that load the Q tile and the loop's K/V tiles (otherwise unused; the
+    pointers serve); ``WARP_SPEC``: warp-specialise the unmasked loop."""
     pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
     b = pid_bh // H
     h = pid_bh % H
@@ -245,8 +271,11 @@ def flash_fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
 
-    q_ptrs = Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-    q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    if USE_TMA:
+        q = _load_rows_tma(Q_DESC, b, h, start_m, BLOCK_M, BLOCK_D)
+    else:
+        q_ptrs = Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+        q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
     if UPCAST:
         q = q.to(tl.float32)
     k_ptrs0 = K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
@@ -270,14 +299,16 @@ def flash_fwd_kernel(
         idx_base = IDX
         full_hi, end = _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
     acc, l_i, m_i = _fwd_tiles(
-        acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, 0, full_hi,
-        offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold,
-        BLOCK_M, BLOCK_N, EVEN_N, EVEN_D, False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+        acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, K_DESC, V_DESC, b, h, pad_ptrs0, stride_pn,
+        idx_base, 0, full_hi, offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh,
+        drop_threshold, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE,
+        DOT_PREC, UPCAST, USE_TMA, WARP_SPEC)
     if IS_CAUSAL or not EVEN_N or SPARSE:
         acc, l_i, m_i = _fwd_tiles(
-            acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, full_hi, end,
-            offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold,
-            BLOCK_M, BLOCK_N, EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+            acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, K_DESC, V_DESC, b, h, pad_ptrs0, stride_pn,
+            idx_base, full_hi, end, offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh,
+            drop_threshold, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE,
+            DOT_PREC, UPCAST, USE_TMA, False)
 
     # epilogue: rows that saw no key (l == 0) give 0 and LSE = -inf
     seen = l_i > 0.0
@@ -331,20 +362,27 @@ def flash_bwd_preprocess_kernel(
 # backward: dK, dV (one program per key tile, loop over query tiles)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base, lo, hi,
+def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, q_desc, do_desc, b32, h32, lse2_base,
+                delta_base, idx_base, lo, hi,
                 start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
-                drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr,
+                drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
-    """dK/dV accumulation of one key tile over query tiles [lo, hi) (positions, or list entries)."""
-    for it in range(lo, hi):
+                SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, USE_TMA: tl.constexpr,
+                WARP_SPEC: tl.constexpr):
+    """dK/dV accumulation of one key tile over query tiles [lo, hi) (positions, or list entries);
+    ``USE_TMA``: Q and dO tiles come through the descriptors q_desc/do_desc of head (b32, h32)."""
+    for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
         if SPARSE:
             start_m = tl.load(idx_base + it) * BLOCK_M
         else:
             start_m = it * BLOCK_M
         rows = start_m + offs_m0
-        q = _load_tile(q_ptrs0 + start_m * stride_qm, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
-        do = _load_tile(do_ptrs0 + start_m * stride_dom, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+        if USE_TMA:
+            q = _load_rows_tma(q_desc, b32, h32, start_m, BLOCK_M, BLOCK_D)
+            do = _load_rows_tma(do_desc, b32, h32, start_m, BLOCK_M, BLOCK_D)
+        else:
+            q = _load_tile(q_ptrs0 + start_m * stride_qm, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+            do = _load_tile(do_ptrs0 + start_m * stride_dom, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
         if UPCAST:
             q = q.to(tl.float32)
             do = do.to(tl.float32)
@@ -375,7 +413,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_bas
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, LSE2, DELTA, PAD, SEED, IDX, CNT,
+    Q, K, V, DO, DK, DV, LSE2, DELTA, PAD, SEED, IDX, CNT, Q_DESC, K_DESC, V_DESC, DO_DESC,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -389,9 +427,15 @@ def flash_bwd_dkdv_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    USE_TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False,
 ):
+    """``USE_TMA``: Q_DESC/K_DESC/V_DESC/DO_DESC are 4-D TMA descriptors of Q/K/V/dO with (1, 1,
+    BLOCK_M (Q, dO) or BLOCK_N (K, V), BLOCK_D) blocks that load the K/V tiles and the loop's Q/dO
+    tiles; ``WARP_SPEC``: warp-specialise the unmasked loop."""
     # dense: natural order (causal key tiles are not reversed)
     pid_n, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
+    b32 = pid_bh // H
+    h32 = pid_bh % H
     b64 = (pid_bh // H).to(tl.int64)
     h64 = (pid_bh % H).to(tl.int64)
     start_n = pid_n * BLOCK_N
@@ -399,10 +443,14 @@ def flash_bwd_dkdv_kernel(
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
 
-    k = _load_tile(K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                   offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
-    v = _load_tile(V + b64 * stride_vb + h64 * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                   offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+    if USE_TMA:
+        k = _load_rows_tma(K_DESC, b32, h32, start_n, BLOCK_N, BLOCK_D)
+        v = _load_rows_tma(V_DESC, b32, h32, start_n, BLOCK_N, BLOCK_D)
+    else:
+        k = _load_tile(K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kn
+                       + offs_d[None, :] * stride_kd, offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+        v = _load_tile(V + b64 * stride_vb + h64 * stride_vh + offs_n[:, None] * stride_vn
+                       + offs_d[None, :] * stride_vd, offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -437,15 +485,17 @@ def flash_bwd_dkdv_kernel(
             part_lo = 0
             part_hi = 0
         full_hi = n_m_tiles
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base,
-                         full_lo, full_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale,
-                         seed, pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_M, EVEN_D, False,
-                         IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, Q_DESC, DO_DESC, b32, h32,
+                         lse2_base, delta_base, idx_base, full_lo, full_hi, start_n, offs_n, offs_m0, offs_d, N_Q,
+                         HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
+                         BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, False, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
+                         USE_TMA, WARP_SPEC)
     if IS_CAUSAL or SPARSE:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base,
-                             part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset,
-                             qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_M, EVEN_D,
-                             True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, Q_DESC, DO_DESC, b32, h32,
+                             lse2_base, delta_base, idx_base, part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q,
+                             HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
+                             BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
+                             USE_TMA, False)
     dk = dk * sm_scale
     if HAS_PAD:
         # a padded key gets no probability from any query: its dK and dV are exactly zero
@@ -462,20 +512,27 @@ def flash_bwd_dkdv_kernel(
 # backward: dQ (one program per query tile, loop over key tiles)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, lo, hi,
+def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_desc, v_desc, b32, h32, pad_ptrs0,
+              stride_pn, idx_base, lo, hi,
               offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold, drop_scale,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
-              MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-              SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
-    """dQ accumulation of one query tile over key tiles [lo, hi) (positions, or list entries)."""
-    for it in range(lo, hi):
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+              HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+              USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """dQ accumulation of one query tile over key tiles [lo, hi) (positions, or list entries);
+    ``USE_TMA``: K and V tiles come through the descriptors k_desc/v_desc of head (b32, h32)."""
+    for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
         if SPARSE:
             start_n = tl.load(idx_base + it) * BLOCK_N
         else:
             start_n = it * BLOCK_N
         cols = start_n + offs_n0
-        k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
-        v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        if USE_TMA:
+            k = _load_rows_tma(k_desc, b32, h32, start_n, BLOCK_N, BLOCK_D)
+            v = _load_rows_tma(v_desc, b32, h32, start_n, BLOCK_N, BLOCK_D)
+        else:
+            k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+            v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -503,7 +560,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pa
 
 @triton.jit
 def flash_bwd_dq_kernel(
-    Q, K, V, DO, DQ, LSE2, DELTA, PAD, SEED, IDX, CNT,
+    Q, K, V, DO, DQ, LSE2, DELTA, PAD, SEED, IDX, CNT, Q_DESC, K_DESC, V_DESC, DO_DESC,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -516,8 +573,14 @@ def flash_bwd_dq_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    USE_TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False,
 ):
+    """``USE_TMA``: Q_DESC/K_DESC/V_DESC/DO_DESC are 4-D TMA descriptors of Q/K/V/dO with (1, 1,
+    BLOCK_M (Q, dO) or BLOCK_N (K, V), BLOCK_D) blocks that load the Q/dO tiles and the loop's K/V
+    tiles; ``WARP_SPEC``: warp-specialise the unmasked loop."""
     pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
+    b32 = pid_bh // H
+    h32 = pid_bh % H
     b64 = (pid_bh // H).to(tl.int64)
     h64 = (pid_bh % H).to(tl.int64)
     start_m = pid_m * BLOCK_M
@@ -525,10 +588,14 @@ def flash_bwd_dq_kernel(
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
 
-    q = _load_tile(Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                   offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
-    do = _load_tile(DO + b64 * stride_dob + h64 * stride_doh + offs_m[:, None] * stride_dom
-                    + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    if USE_TMA:
+        q = _load_rows_tma(Q_DESC, b32, h32, start_m, BLOCK_M, BLOCK_D)
+        do = _load_rows_tma(DO_DESC, b32, h32, start_m, BLOCK_M, BLOCK_D)
+    else:
+        q = _load_tile(Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qm
+                       + offs_d[None, :] * stride_qd, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+        do = _load_tile(DO + b64 * stride_dob + h64 * stride_doh + offs_m[:, None] * stride_dom
+                        + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     if EVEN_M:
         lse2 = tl.load(LSE2 + row)
@@ -555,15 +622,16 @@ def flash_bwd_dq_kernel(
     else:
         idx_base = IDX
         full_hi, end = _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base,
-                   0, full_hi, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh,
-                   drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_N, EVEN_D, False, IS_CAUSAL, HAS_PAD,
-                   HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, K_DESC, V_DESC, b32, h32,
+                   pad_ptrs0, stride_pn, idx_base, 0, full_hi, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset,
+                   qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D,
+                   False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST, USE_TMA, WARP_SPEC)
     if IS_CAUSAL or not EVEN_N or SPARSE:
-        dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
-                       idx_base, full_hi, end, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed,
-                       pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD,
-                       HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+        dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, K_DESC, V_DESC, b32, h32,
+                       pad_ptrs0, stride_pn, idx_base, full_hi, end, offs_m, offs_n0, offs_d, N_K, HEAD_DIM,
+                       causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D,
+                       EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST, USE_TMA,
+                       False)
     dq = dq * sm_scale
     _store_tile(DQ + b64 * stride_dqb + h64 * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
                 dq.to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)

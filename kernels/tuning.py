@@ -8,6 +8,12 @@ minimises the geometric mean of its times over those N. It prints the table entr
 ``kernels/tiles.py`` and writes every timing as JSON. Candidates that do not fit (shared memory,
 registers) are reported and skipped. SDPA's flash and cuDNN back-ends are timed on the same shapes
 for orientation.
+
+``--loads tma`` times the Hopper TMA variants (``kernels.tiles.LOADS_*``) instead of the pointer
+lists, led by the table's entry and the same tiles with TMA loads, so the JSON holds pointer vs
+TMA vs TMA + warp specialisation on the same inputs; ``tma_applies`` in each entry records
+whether the inputs took the TMA path at all (it needs an sm_90 GPU, 16-bit inputs and aligned
+strides, else the launcher falls back to pointer loads and the variants time the same code).
 """
 from __future__ import annotations
 
@@ -32,6 +38,37 @@ DQ = [(128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3), (64, 6
 FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 3)]
 DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)]
 DQ_128 = [(128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3)]
+
+# Hopper TMA candidates, (BLOCK_M, BLOCK_N, num_warps, num_stages, loads) with loads 1 = TMA
+# descriptors, 2 = TMA + warp specialisation (see kernels.tiles.LOADS_*; Triton specialises only
+# 4-warp forward and dK/dV loops, into a producer warpgroup and two 64-row consumer warpgroups).
+# `--loads tma` times them after the table's entry and its TMA twin (the anchors of the ratio).
+FWD_TMA = [(128, 64, 4, 3, 1), (128, 64, 4, 3, 2), (128, 128, 8, 3, 1), (128, 128, 4, 2, 2)]
+DKDV_TMA = [(32, 128, 4, 3, 2), (64, 128, 4, 3, 2), (64, 128, 8, 3, 1)]
+DQ_TMA = [(128, 64, 4, 3, 1), (64, 64, 4, 3, 1), (128, 32, 8, 3, 1)]
+FWD_128_TMA = [(128, 64, 4, 3, 1), (128, 64, 4, 2, 2), (128, 128, 8, 2, 1)]
+DKDV_128_TMA = [(64, 128, 4, 2, 2), (32, 128, 4, 3, 2), (64, 64, 4, 3, 1)]
+DQ_128_TMA = [(128, 64, 8, 2, 1), (64, 64, 4, 3, 1)]
+
+
+def candidates(kind: str, head_dim: int, loads: str, table_entry: PassTiles) -> list[tuple]:
+    """Candidates of pass ``kind`` ("fwd", "dkdv", "dq") for ``head_dim``: the pointer lists
+    (``loads="ptr"``), the TMA lists led by the table's entry and its TMA twin (``"tma"``), or both
+    (``"all"``)."""
+    big = padded_head_dim(head_dim) == 128
+    ptr = {"fwd": FWD_128 if big else FWD, "dkdv": DKDV_128 if big else DKDV, "dq": DQ_128 if big else DQ}[kind]
+    tma = {"fwd": FWD_128_TMA if big else FWD_TMA, "dkdv": DKDV_128_TMA if big else DKDV_TMA,
+           "dq": DQ_128_TMA if big else DQ_TMA}[kind]
+    t = table_entry
+    anchors = [(t.block_m, t.block_n, t.num_warps, t.num_stages, 0), (t.block_m, t.block_n, t.num_warps, t.num_stages, 1)]
+    chosen = {"ptr": list(ptr), "tma": anchors + tma, "all": list(ptr) + anchors + tma}[loads]
+    out, seen = [], set()
+    for cand in chosen:  # 4-tuples are pointer loads; drop duplicates (an anchor may be in a list)
+        key = tuple(cand) + (0,) * (5 - len(cand))
+        if key not in seen:
+            seen.add(key)
+            out.append(tuple(cand))
+    return out
 
 def _bench(fn, grads=None) -> float:
     import triton
@@ -81,12 +118,16 @@ def _geo(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: float = 0.0) -> dict:
+def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: float = 0.0,
+         loads: str = "ptr", passes=("fwd", "dkdv", "dq")) -> dict:
     results = {}
     for d in head_dims:
         base = select(torch.device("cuda"), dtype, d, dropout=dropout_p > 0.0)
         shapes = [_inputs(n, d, tokens, hidden, dtype) for n in seq_lens]
-        entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p}
+        from . import ops
+
+        entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p, "loads": loads,
+                 "tma_applies": ops.tma_applies(*shapes[0])}
         for n, (q, k, v) in zip(seq_lens, shapes):
             entry["sdpa"][n] = _sdpa_times(q, k, v, dropout_p)
 
@@ -104,11 +145,9 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
             return _geo(ms)
 
         best = {}
-        big = padded_head_dim(d) == 128
-        for kind, cands in (("fwd", FWD_128 if big else FWD), ("dkdv", DKDV_128 if big else DKDV),
-                            ("dq", DQ_128 if big else DQ)):
+        for kind in passes:
             scored = []
-            for cand in cands:
+            for cand in candidates(kind, d, loads, getattr(base, kind)):
                 pt = PassTiles(*cand)
                 if kind == "fwd":
                     tiles = Tiles(pt, base.dkdv, base.dq)
@@ -121,7 +160,7 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
                     scored.append((score, cand))
             if scored:
                 best[kind] = PassTiles(*min(scored)[1])
-        entry["best"] = {k: [v.block_m, v.block_n, v.num_warps, v.num_stages] for k, v in best.items()}
+        entry["best"] = {k: [v.block_m, v.block_n, v.num_warps, v.num_stages, v.loads] for k, v in best.items()}
         results[padded_head_dim(d)] = entry
         if on_result is not None:
             on_result(results)
@@ -139,6 +178,11 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--dropout", type=float, default=0.0,
                         help="tune the attention-dropout path with this p (its own table: kernels.tiles)")
+    parser.add_argument("--loads", choices=("ptr", "tma", "all"), default="ptr",
+                        help="candidates: pointer loads (default), Hopper TMA / TMA + warp specialisation (led by "
+                             "the table's entry and its TMA twin), or both")
+    parser.add_argument("--passes", default="fwd,dkdv,dq",
+                        help="passes to tune, comma-separated (the others keep the table's entry)")
     parser.add_argument("--out", default=None, help="JSON file for every timing")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -152,8 +196,9 @@ def main(argv=None) -> int:
             os.replace(args.out + ".tmp", args.out)
 
     results = tune([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seq_lens.split(",")],
-                   args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save, dropout_p=args.dropout)
-    print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages)")
+                   args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save, dropout_p=args.dropout,
+                   loads=args.loads, passes=[p for p in ("fwd", "dkdv", "dq") if p in args.passes.split(",")])
+    print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages, loads)")
     for d, entry in results.items():
         print(f"{d}: {entry['best']}   sdpa: {json.dumps(entry['sdpa'])}")
     return 0

@@ -57,3 +57,13 @@ def test_a_file_that_is_not_a_tuning_json_is_a_clear_error(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="not a kernels.tuning JSON"):
         tiles.load_tuning(str(path))
+
+
+def test_tuning_json_with_tma_load_modes(tmp_path, restore_tables):
+    """`kernels.tuning --loads tma` writes 5 ints per pass (the last the load mode); 4 mean pointers."""
+    cuda = torch.device("cuda")
+    tiles.load_tuning(_write(tmp_path, "tma.json", {"fwd": [128, 64, 4, 3, 2], "dq": [128, 32, 8, 3]}))
+    got = tiles.select(cuda, torch.bfloat16, 64)
+    assert got.fwd == tiles.PassTiles(128, 64, 4, 3, tiles.LOADS_TMA_WS)
+    assert got.dq.loads == tiles.LOADS_POINTERS
+    assert tiles.Tiles.from_list(got.as_list()) == got
