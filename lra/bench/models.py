@@ -48,6 +48,7 @@ LONG_SEQ_LENS = (32 * K, 64 * K)
 LONG_ATTENTIONS = ("flash", "flash_sparse", "performer", "linformer", "bigbird")
 REGIMES = {"paper": 256 * K, "small": 32 * K}
 MODES = ("eager", "compiled")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Attention options the benchmark uses unless --options says otherwise: the SDPA row is the cuDNN
 # back-end, the fastest fused attention PyTorch ships on Hopper (the issue's comparison point).
 DEFAULT_OPTIONS = {"cuda": {"sdpa": {"backend": "cudnn"}}, "cpu": {}}
@@ -75,6 +76,9 @@ def add_arguments(parser) -> None:
                         help="one custom regime with T tokens per batch instead of --regimes")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=None,
                         help="eager and/or compiled (torch.compile); default: both on CUDA, eager on CPU")
+    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                        help="torch.compile mode of the compiled cells (reduce-overhead: CUDA graphs); a non-default "
+                             "mode is named in each compiled row's note — write such runs to their own --out")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per cell (median reported)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (compilation included)")
     parser.add_argument("--options", nargs="+", default=[], metavar="ATTN.KEY=VALUE",
@@ -168,7 +172,8 @@ def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dic
                 "steps": args.steps, "warmup": args.warmup, "grad_clip": args.grad_clip,
                 "options": {k: v for k, v in options.items() if v}, "seed": args.seed,
                 "attention_dropout": args.attention_dropout,
-                "profile": str(args.profile) if args.profile is not None else None}
+                "profile": str(args.profile) if args.profile is not None else None,
+                "compile_mode": args.compile_mode}
     if not 0.0 <= args.attention_dropout < 1.0:
         raise ValueError(f"--attention-dropout must be in [0, 1), got {args.attention_dropout}")
     return cells, settings
@@ -254,7 +259,7 @@ def profile_steps(step, first: int, cell: Cell, profile_dir: Path, device, ms_pe
 
 
 def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
-            attention_dropout: float = 0.1, profile_dir: Path | None = None) -> dict:
+            attention_dropout: float = 0.1, profile_dir: Path | None = None, compile_mode: str = "default") -> dict:
     """Time one cell (then profile it, with ``profile_dir``). Raises on OOM and other errors (the caller
     records them)."""
     import torch
@@ -278,7 +283,7 @@ def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_
     forward = model
     if cell.compile:
         torch._dynamo.reset()  # a fresh cache per cell: recompilation limits never silently fall back to eager
-        forward = torch.compile(model)
+        forward = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
     # A few distinct random batches (never constant inputs), cycled through the steps.
     generator = torch.Generator(device="cpu").manual_seed(seed + 1)
     batches = [(torch.randint(0, VOCAB_SIZE, (batch, cell.seq_len), generator=generator).to(device),
@@ -350,7 +355,7 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
 
 
 def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
-             attention_dropout: float = 0.1, profile_dir: Path | None = None) -> dict:
+             attention_dropout: float = 0.1, profile_dir: Path | None = None, compile_mode: str = "default") -> dict:
     """Measure one cell and turn every outcome into a CSV row."""
     from lra import attention as registry
 
@@ -361,12 +366,15 @@ def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad
     if shortest is not None and cell.seq_len < shortest:
         return _row(cell, "unsupported", f"needs N >= {shortest} with these options")
     option_note = ", ".join(f"{k}={v}" for k, v in options.items())
+    if cell.compile and compile_mode != "default":
+        option_note = ", ".join(filter(None, [option_note, f"torch.compile mode={compile_mode}"]))
     if cell.tokens < cell.seq_len:
         option_note = ", ".join(filter(None, [option_note, f"1 sequence of {cell.seq_len} > {cell.tokens} tokens"]))
     outcome, failure = None, None
     try:
         outcome = measure(cell, device=device, options=options, steps=steps, warmup=warmup, grad_clip=grad_clip,
-                          seed=seed, attention_dropout=attention_dropout, profile_dir=profile_dir)
+                          seed=seed, attention_dropout=attention_dropout, profile_dir=profile_dir,
+                          compile_mode=compile_mode)
     except Exception as err:  # noqa: BLE001 - every failure becomes a row; the sweep goes on
         status = "unsupported" if isinstance(err, Unsupported) else "oom" if _is_oom(err) else "error"
         failure = (status, str(err).strip().splitlines()[0][:200] if status == "unsupported" else _first_line(err))
@@ -412,6 +420,8 @@ def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
         "- Same tokens per batch at every length (batch = tokens ÷ N): "
         + ", ".join(f"{k} = {v:,}" for k, v in meta["settings"]["regimes"].items()) + ".",
     ]
+    if meta["settings"].get("compile_mode", "default") != "default":
+        head.append(f"- Compiled cells: torch.compile mode={meta['settings']['compile_mode']}.")
     if meta["settings"].get("options"):
         head.append("- Attention options: " + "; ".join(
             f"{a}: " + ", ".join(f"{k}={v}" for k, v in o.items()) for a, o in meta["settings"]["options"].items()))
@@ -477,7 +487,8 @@ def run(args) -> int:
             else:
                 row = run_cell(cell, device=device, options=settings["options"].get(cell.attention, {}),
                                steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed,
-                               attention_dropout=args.attention_dropout, profile_dir=args.profile)
+                               attention_dropout=args.attention_dropout, profile_dir=args.profile,
+                               compile_mode=args.compile_mode)
             if row["status"] == "oom":
                 k = (cell.attention, cell.regime, cell.compile)
                 oom_at[k] = min(oom_at.get(k, 1 << 62), cell.seq_len)

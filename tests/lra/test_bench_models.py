@@ -175,3 +175,22 @@ def test_profile_writes_operator_tables_and_a_trace_per_cell(tmp_path, monkeypat
                             "--warmup", "0", "--device", "cpu", "--out", out, "--profile", profile_dir)) == 0
     assert pd.read_csv(out)["status"].tolist() == ["ok"]
     assert "profiling failed: RuntimeError: CUPTI unavailable" in (profile_dir / "softmax_custom_eager_N32.txt").read_text()
+
+
+def test_compile_mode_reaches_torch_compile_and_the_records(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_compile(model, mode=None, **kwargs):
+        seen["mode"] = mode
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    out = tmp_path / "modes.csv"
+    assert models.run(parse("--attentions", "softmax", "--seq-lens", "32", "--tokens-per-batch", "64", "--steps", "1",
+                            "--warmup", "0", "--device", "cpu", "--modes", "compiled", "--compile-mode",
+                            "reduce-overhead", "--out", out)) == 0
+    assert seen["mode"] == "reduce-overhead"
+    frame = pd.read_csv(out)
+    assert frame["status"].tolist() == ["ok"] and "torch.compile mode=reduce-overhead" in frame["note"][0]
+    assert json.loads(out.with_name("modes.meta.json").read_text())["settings"]["compile_mode"] == "reduce-overhead"
+    assert "torch.compile mode=reduce-overhead" in out.with_name("modes.md").read_text()
