@@ -8,6 +8,11 @@ from lra.config import ModelConfig
 from lra.model import DataSpec, build_model
 
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# on CUDA the ops are triton_ops that Inductor decomposes into its own kernel launches: check that too
+BACKENDS = ["aot_eager"] + (["inductor"] if DEVICE == "cuda" else [])
+
+
 def rel_err(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
@@ -19,7 +24,7 @@ def tiny_model(attention, options, max_len=32):
                       positional="learned", grid_positions=False, pooling="mean")
     torch.manual_seed(0)
     return build_model(cfg, DataSpec(vocab_size=16, num_classes=3, max_len=max_len), attention=attention,
-                       attention_options=options)
+                       attention_options=options).to(DEVICE)
 
 
 def loss_and_grads(model, forward, tokens, mask, labels):
@@ -30,19 +35,25 @@ def loss_and_grads(model, forward, tokens, mask, labels):
     return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("attention, options", [
     ("flash", {}),
     # two layers, two layouts: each gets its own constant plan tensors in the one graph
     ("flash_sparse", {"layout": "bigbird", "block_size": 16, "window": 1, "num_random": 0, "num_global": 1}),
 ])
-def test_lra_model_compiles_without_graph_break_and_matches_eager(attention, options):
+def test_lra_model_compiles_without_graph_break_and_matches_eager(attention, options, backend):
     model = tiny_model(attention, options)
     gen = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, 16, (2, 32), generator=gen)
-    mask = torch.zeros(2, 32, dtype=torch.bool)
+    tokens = torch.randint(0, 16, (2, 32), generator=gen).to(DEVICE)
+    mask = torch.zeros(2, 32, dtype=torch.bool, device=DEVICE)
     mask[1, 21:] = True
-    labels = torch.tensor([0, 2])
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    labels = torch.tensor([0, 2], device=DEVICE)
+    if backend == "inductor":
+        # Inductor draws the dropout seed from its own RNG stream (different masks): compare without dropout
+        for module in model.modules():
+            if isinstance(getattr(module, "dropout", None), float):
+                module.dropout = 0.0
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
     loss_c, grads_c = loss_and_grads(model, compiled, tokens, mask, labels)
     loss_e, grads_e = loss_and_grads(model, model, tokens, mask, labels)
     assert torch.isfinite(loss_c) and rel_err(loss_c, loss_e) < 1e-5
@@ -54,12 +65,12 @@ def test_lra_model_compiles_without_graph_break_and_matches_eager(attention, opt
 def test_sparse_module_compiles_for_shorter_and_changing_lengths():
     """N < max_len uses a corner of the layout, prepared at construction; a second N recompiles, also
     when torch.compile has made N symbolic (the plans need its value): never a graph break."""
-    module = BlockSparseFlashAttention(max_len=64, num_heads=2, layout="local", block_size=16, window=1)
+    module = BlockSparseFlashAttention(max_len=64, num_heads=2, layout="local", block_size=16, window=1).to(DEVICE)
     static = torch.compile(module, fullgraph=True, backend="eager", dynamic=False)
     dynamic = torch.compile(module, fullgraph=True, backend="eager", dynamic=True)
     gen = torch.Generator().manual_seed(2)
     for n in (20, 64, 40):
-        q, k, v = (torch.randn(1, 2, n, 16, generator=gen) for _ in range(3))
+        q, k, v = (torch.randn(1, 2, n, 16, generator=gen).to(DEVICE) for _ in range(3))
         expected = module(q, k, v)
         torch.testing.assert_close(static(q, k, v), expected, rtol=0, atol=0)
         torch.testing.assert_close(dynamic(q, k, v), expected, rtol=0, atol=0)
