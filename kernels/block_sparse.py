@@ -126,6 +126,16 @@ class BlockSparseLayout:
         self.key = next(_layout_keys)
         _LAYOUTS[self.key] = self
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["key"]  # a copy (copy.deepcopy, pickle) is a layout of its own: it gets a new key
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.key = next(_layout_keys)
+        _LAYOUTS[self.key] = self
+
     @classmethod
     def from_dense(cls, layout: torch.Tensor, block_size: int = 128) -> "BlockSparseLayout":
         return cls(layout, block_size)

@@ -85,3 +85,16 @@ def test_sparse_module_rebuilds_its_compressed_layout_when_moved():
     # corners are views of the full layout sharing its plan cache
     assert module._compressed[1].layout.data_ptr() == module._compressed[-1].layout.data_ptr()
     assert module._compressed[1]._plans is module._compressed[-1]._plans
+
+
+def test_copied_sparse_module_has_layouts_of_its_own():
+    import copy
+
+    from kernels.block_sparse import _LAYOUTS
+
+    module = BlockSparseFlashAttention(max_len=64, num_heads=2, layout="local", block_size=16)
+    clone = copy.deepcopy(module)
+    keys = {layout.key for layout in module._compressed}
+    clone_keys = {layout.key for layout in clone._compressed}
+    assert not keys & clone_keys and all(_LAYOUTS[layout.key] is layout for layout in clone._compressed)
+    assert clone._compressed[0]._plans is clone._compressed[-1]._plans  # corners still share one plan cache
