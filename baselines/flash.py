@@ -194,38 +194,49 @@ class BlockSparseFlashAttention(nn.Module):
                 f"flash_sparse: cannot build layout={layout!r} for max_len={max_len} "
                 f"({self.max_blocks} blocks of {block_size}): {err}"
             ) from err
-        # The kernel's compressed form of a layout (tile lists), built once per (block count, device)
-        # and reused by every call; built here once to validate block_size early.
-        self._compressed_type = getattr(kernels, "BlockSparseLayout", None)
-        self._compressed: dict[tuple[int, str], object] = {}
-        if self._compressed_type is not None:
-            try:
-                self._compressed[(self.max_blocks, "cpu")] = self._compressed_type.from_dense(built, self.block_size)
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"flash_sparse: {err}") from err
         # Rebuilt from the options at construction, so not part of checkpoints.
         self.register_buffer("layout", built.to(torch.bool), persistent=False)
+        # The kernel's compressed form of the layout (tile lists), built once here (which also validates
+        # block_size early) and again whenever the module moves (`_apply`), on the buffer's device:
+        # forward only looks it up, so torch.compile traces no layout building (no graph break).
+        self._compressed_type = getattr(kernels, "BlockSparseLayout", None)
+        self._compressed: list = []  # [i]: the layout for sequences of i + 1 blocks
+        try:
+            self._compress()
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"flash_sparse: {err}") from err
+
+    def _compress(self) -> None:
+        if self._compressed_type is not None:
+            full = self._compressed_type.from_dense(self.layout, self.block_size)
+            # corners are views of `full` sharing its plan cache, so one per block count costs no memory
+            self._compressed = [full.corner(n, n) for n in range(1, self.max_blocks + 1)]
+
+    def _apply(self, fn, *args, **kwargs):
+        module = super()._apply(fn, *args, **kwargs)
+        self._compress()  # the layout buffer may have moved to another device
+        return module
 
     def layout_for(self, seq_len: int) -> Tensor:
         """The bool block layout used for a sequence of `seq_len` tokens."""
+        self._check_len(seq_len)
+        n_blocks = math.ceil(seq_len / self.block_size)
+        return self.layout[..., :n_blocks, :n_blocks]
+
+    def _check_len(self, seq_len: int) -> None:
         if seq_len > self.max_len:
             raise ValueError(
                 f"flash_sparse: sequence length {seq_len} exceeds max_len={self.max_len} the layout was built "
                 f"for; rebuild with max_len >= {seq_len}"
             )
-        n_blocks = math.ceil(seq_len / self.block_size)
-        return self.layout[..., :n_blocks, :n_blocks]
 
-    @torch.compiler.disable
     def _kernel_layout(self, seq_len: int):
-        """What the kernel gets for `seq_len`: the cached compressed layout (or the bool tensor)."""
-        layout = self.layout_for(seq_len)
-        if self._compressed_type is None:
-            return layout
-        key = (layout.shape[-1], str(layout.device))
-        if key not in self._compressed:
-            self._compressed[key] = self._compressed_type.from_dense(layout.contiguous(), self.block_size)
-        return self._compressed[key]
+        """What the kernel gets for `seq_len`: the compressed layout's top-left corner, or the bool
+        tensor when `kernels` has no BlockSparseLayout."""
+        if not self._compressed:
+            return self.layout_for(seq_len)
+        self._check_len(seq_len)
+        return self._compressed[math.ceil(seq_len / self.block_size) - 1]
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         validate_qkv("flash_sparse attention", q, k, v, key_padding_mask, same_length=True)

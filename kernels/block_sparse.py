@@ -15,6 +15,12 @@ ragged last tile); ``counts[..., 0]`` / ``counts[..., 1]`` are the ends of the t
 that causal masking hides completely are dropped. Kernel tiles divide ``block_size`` (tile sides
 are clamped to it), so a layout block maps onto whole tiles.
 
+Under ``torch.compile`` the plans are looked up outside the traced region: the compiled graph gets
+them as ready constant tensors (see :func:`_constant_plans`), so neither the plan building (which
+sizes its index lists from the data) nor the cache breaks the graph. A layout object is known to
+the compiler by an integer key, so its plans must be built from a :class:`BlockSparseLayout` (the
+bool-tensor shortcut, compressed by identity, graph-breaks under torch.compile).
+
 Scheduling: rows of very unequal length (BigBird's global rows visit every tile, ~4x the others)
 launched in natural order finish last and leave the GPU idle (a load-imbalance tail). Each plan
 therefore also holds, in ``counts[h, :, 2]``, the tile rows of head h sorted by descending work
@@ -25,10 +31,12 @@ changes, so results are bit-identical, and dropout (keyed by real row/column ind
 """
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from . import layouts as _layouts
 from . import ops
@@ -85,14 +93,21 @@ def _tile_plan(layout: torch.Tensor, block_size: int, n_q: int, n_k: int, causal
     return order[..., :keep].to(torch.int32).contiguous(), counts
 
 
+# every BlockSparseLayout by its key: what torch.compile's constant plan lookup (_constant_plans) receives
+_LAYOUTS: "weakref.WeakValueDictionary[int, BlockSparseLayout]" = weakref.WeakValueDictionary()
+_layout_keys = itertools.count()
+
+
 class BlockSparseLayout:
     """Compressed block layout for :func:`block_sparse_flash_attention`, reusable across calls.
 
     ``layout``: bool (n_q_blocks, n_k_blocks) shared by all heads or (H, n_q_blocks, n_k_blocks);
-    True = the query block attends to the key block. Build with :meth:`from_dense`.
+    True = the query block attends to the key block. Build with :meth:`from_dense`. The layout is
+    read when it is built and when a call signature's plans are first made; changing the tensor
+    afterwards is not seen (build a new object).
     """
 
-    def __init__(self, layout: torch.Tensor, block_size: int):
+    def __init__(self, layout: torch.Tensor, block_size: int, *, _parent: "BlockSparseLayout | None" = None):
         _check_block_size(block_size)
         if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool:
             raise TypeError(f"layout must be a bool tensor (True = the query block attends to the key block), got "
@@ -100,10 +115,26 @@ class BlockSparseLayout:
         if layout.dim() not in (2, 3) or layout.numel() == 0:
             raise ValueError(f"layout must be a non-empty (n_q_blocks, n_k_blocks) or (H, n_q_blocks, n_k_blocks) "
                              f"bool tensor, got shape {tuple(layout.shape)}")
-        self.layout = (layout[None] if layout.dim() == 2 else layout).contiguous()
+        self.layout = layout[None] if layout.dim() == 2 else layout
+        if _parent is None:
+            self.layout = self.layout.contiguous()
         self.shared = layout.dim() == 2
         self.block_size = block_size
-        self._plans: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        # a corner (a view of its parent's layout) shares its parent's plans: see corner()
+        self._plans: dict[tuple, tuple[torch.Tensor, ...]] = {} if _parent is None else _parent._plans
+        self._corners: dict[tuple[int, int], BlockSparseLayout] = {}
+        self.key = next(_layout_keys)
+        _LAYOUTS[self.key] = self
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["key"]  # a copy (copy.deepcopy, pickle) is a layout of its own: it gets a new key
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.key = next(_layout_keys)
+        _LAYOUTS[self.key] = self
 
     @classmethod
     def from_dense(cls, layout: torch.Tensor, block_size: int = 128) -> "BlockSparseLayout":
@@ -126,6 +157,24 @@ class BlockSparseLayout:
                               -(-n_q // self.block_size), -(-n_k // self.block_size), num_heads, device,
                               block_size=self.block_size)
 
+    def corner(self, n_q_blocks: int, n_k_blocks: int) -> "BlockSparseLayout":
+        """The layout of the top-left ``n_q_blocks x n_k_blocks`` blocks (cached; ``self`` for the whole).
+
+        A corner is a view of this layout (no copy) and shares its plan cache: plans only ever read the
+        blocks a call signature covers, so a model that slices one max-length layout for shorter
+        sequences builds each plan once."""
+        n_q_all, n_k_all = self.n_blocks
+        if not (1 <= n_q_blocks <= n_q_all and 1 <= n_k_blocks <= n_k_all):
+            raise ValueError(f"corner ({n_q_blocks}, {n_k_blocks}) is outside the layout's ({n_q_all}, {n_k_all}) blocks")
+        if (n_q_blocks, n_k_blocks) == (n_q_all, n_k_all):
+            return self
+        hit = self._corners.get((n_q_blocks, n_k_blocks))
+        if hit is None:
+            part = self.layout[:, :n_q_blocks, :n_k_blocks]
+            hit = BlockSparseLayout(part[0] if self.shared else part, self.block_size, _parent=self)
+            self._corners[(n_q_blocks, n_k_blocks)] = hit
+        return hit
+
     def plans(self, n_q: int, n_k: int, causal: bool, tiles: Tiles) -> tuple[torch.Tensor, ...]:
         """(fwd_idx, fwd_cnt, dkdv_idx, dkdv_cnt, dq_idx, dq_cnt) for one call signature (cached)."""
         key = (n_q, n_k, bool(causal), tuple(tiles.as_list()))
@@ -143,6 +192,26 @@ class BlockSparseLayout:
         heads = "shared" if self.shared else f"{self.layout.shape[0]} heads"
         return (f"BlockSparseLayout({self.n_blocks[0]}x{self.n_blocks[1]} blocks of {self.block_size}, {heads}, "
                 f"density {self.density():.3f})")
+
+
+@torch.compiler.assume_constant_result
+def _constant_plans(layout_key: int, n_q: int, n_k: int, causal: bool, tiles: tuple) -> tuple[torch.Tensor, ...]:
+    """:meth:`BlockSparseLayout.plans` of the layout with ``layout_key``, for torch.compile: Dynamo runs
+    this while tracing (every argument is a Python constant the graph is specialised on) and gives
+    the graph the resulting tensors, so the plans are built, or found in the cache, outside the graph.
+    It returns the tuple, not single tensors: Dynamo names a constant result after the function, and
+    only a non-tensor result gets a unique name per call."""
+    return _LAYOUTS[layout_key].plans(n_q, n_k, causal, Tiles.from_list(tiles))
+
+
+def _plans_for(compiled: BlockSparseLayout, n_q: int, n_k: int, causal: bool, tiles: Tiles) -> tuple[torch.Tensor, ...]:
+    if torch.compiler.is_compiling():
+        # The plans depend on the sequence lengths' values: guard_scalar specialises a length that
+        # torch.compile made symbolic (it does after seeing a second N) back to its value, so each N
+        # gets its own break-free graph with its plans as constants.
+        n_q, n_k = guard_scalar(n_q), guard_scalar(n_k)
+        return _constant_plans(compiled.key, n_q, n_k, causal, tuple(tiles.as_list()))
+    return compiled.plans(n_q, n_k, causal, tiles)
 
 
 # bool layout tensors passed directly are compressed once and remembered (weakly) by identity.
@@ -193,6 +262,6 @@ def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0)
-    plans = compiled.plans(shape.n_q, shape.n_k, causal, tiles)
+    plans = _plans_for(compiled, shape.n_q, shape.n_k, causal, tiles)
     out, _lse = ops.attention(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale, tiles.as_list())
     return out

@@ -9,6 +9,17 @@ In eager mode :func:`attention` skips the custom-op machinery (its Python cost p
 times a small kernel's run time) and calls the same launchers through an ``autograd.Function``;
 while torch.compile traces, it emits the custom op.
 
+How torch.compile sees the ops is chosen once, at import (``COMPILE_OP``):
+
+- ``"triton_op"`` (CUDA): registered with ``torch.library.triton_op`` and launching through
+  ``torch.library.wrap_triton``. AOTAutograd decomposes the op into its Triton kernel calls, so
+  Inductor launches the kernels itself from its generated code (no custom-op dispatch, no Python
+  launcher per call) and CUDA graphs (``mode="reduce-overhead"``) can capture them. The op's body
+  is its own fake kernel (shape arithmetic and tile selection only, no data access).
+- ``"custom_op"`` (CPU, where the kernels run in Triton's interpreter, which ``wrap_triton`` cannot
+  trace; or forced with ``LRA_KERNELS_COMPILE_OP=custom_op``): an opaque ``torch.library.custom_op``
+  with a separate fake kernel; Inductor calls it as a Python fallback.
+
 Launch arguments that both directions must agree on travel as op arguments: ``tiles`` (15 ints,
 see :class:`kernels.tiles.Tiles`), the dropout seed tensor and the block-sparse index lists.
 Outputs are always freshly allocated contiguous tensors; inputs may have any strides.
@@ -16,11 +27,12 @@ Outputs are always freshly allocated contiguous tensors; inputs may have any str
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
+import functools
+import os
+from typing import Callable, Optional
 
 import torch
 import triton
-
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
 from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, padded_head_dim
@@ -51,6 +63,17 @@ def _grid(n_rows: int, bh: int, sparse: bool) -> tuple[int, ...]:
     return (n_rows * bh,) if sparse else (n_rows, bh)
 
 
+def _cdiv(a: int, b: int) -> int:
+    """ceil(a / b); plain integer arithmetic (``triton.cdiv`` is a JIT function, slow to call from Python)."""
+    return -(-a // b)
+
+
+@functools.lru_cache(maxsize=64)
+def _tiles(tiles: tuple[int, ...]) -> Tiles:
+    return Tiles.from_list(tiles)
+
+
+@functools.lru_cache(maxsize=64)
 def _dropout_args(dropout_p: float) -> tuple[int, float]:
     if dropout_p > 0.0:
         return keep_threshold(dropout_p), 1.0 / (1.0 - effective_dropout_p(dropout_p))
@@ -67,11 +90,12 @@ def _dot_flags(q: Tensor) -> dict:
 
 def _common_flags(q: Tensor, k: Tensor, pt_m: int, pt_n: int) -> dict:
     d = q.shape[3]
+    d_pad = padded_head_dim(d)
     return dict(
-        BLOCK_D=padded_head_dim(d),
+        BLOCK_D=d_pad,
         EVEN_M=q.shape[2] % pt_m == 0,
         EVEN_N=k.shape[2] % pt_n == 0,
-        EVEN_D=padded_head_dim(d) == d,
+        EVEN_D=d_pad == d,
         **_dot_flags(q),
     )
 
@@ -157,13 +181,15 @@ def warp_spec_applies(kernel: str, t: PassTiles, *, causal: bool, dropout: bool,
     return even_n or kernel == "dkdv"
 
 
-def _descriptors(t: PassTiles, tensors: tuple, warp_spec: bool) -> tuple[list, dict]:
+def _descriptors(t: PassTiles, tensors: tuple, warp_spec: bool, traced: bool = False) -> tuple[list, dict]:
     """(the kernel's descriptor arguments, USE_TMA/WARP_SPEC flags) of a pass with tiles ``t``
     that reads ``tensors`` (q, k, v[, grad_out]) in tiles of block_m (q, grad_out) or block_n (k, v)
     rows: descriptors when ``t.loads`` asks for TMA and :func:`tma_applies` to all of them, else
     the tensors themselves as unused placeholders (pointer path). ``warp_spec``: what
-    :func:`warp_spec_applies` says for this call."""
-    if t.loads == LOADS_POINTERS or not tma_applies(*tensors):
+    :func:`warp_spec_applies` says for this call. ``traced``: the launch goes through
+    ``wrap_triton`` (torch.compile with the triton_op), which takes tensors and scalars only, so
+    that path keeps pointer loads."""
+    if t.loads == LOADS_POINTERS or traced or not tma_applies(*tensors):
         return list(tensors), dict(USE_TMA=False, WARP_SPEC=False)
     desc = _descriptor_class()
     d_pad = padded_head_dim(tensors[0].shape[3])
@@ -177,6 +203,14 @@ def _descriptors(t: PassTiles, tensors: tuple, warp_spec: bool) -> tuple[list, d
 # ---------------------------------------------------------------------------------------------
 # forward
 # ---------------------------------------------------------------------------------------------
+def _direct(kernel):
+    return kernel
+
+
+def _wrapped(kernel):
+    return torch.library.wrap_triton(kernel)
+
+
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor,
     key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
@@ -186,38 +220,48 @@ def launch_fwd(
     causal: bool, dropout_p: float, softmax_scale: float, tiles: list[int],
 ) -> tuple[Tensor, Tensor]:
     """Returns (out (B, H, N_q, d) in q's dtype, lse (B, H, N_q) float32)."""
+    with _device_guard(q):
+        return _fwd(_direct, q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, causal, dropout_p,
+                    softmax_scale, tiles)
+
+
+def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+         seed: Optional[Tensor], fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor], causal: bool,
+         dropout_p: float, softmax_scale: float, tiles: list[int]) -> tuple[Tensor, Tensor]:
+    """The forward launch; ``launch(kernel)`` is the kernel itself or its ``wrap_triton`` wrapper."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
-    t: PassTiles = Tiles.from_list(tiles).fwd
+    t: PassTiles = _tiles(tuple(tiles)).fwd
     out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     pad = key_padding_mask.view(torch.uint8) if key_padding_mask is not None else q
     sparse = fwd_indices is not None
     drop_threshold, drop_scale = _dropout_args(dropout_p)
-    grid = _grid(triton.cdiv(n_q, t.block_m), B * H, sparse)
+    grid = _grid(_cdiv(n_q, t.block_m), B * H, sparse)
     ws = warp_spec_applies("fwd", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
                            even_n=n_k % t.block_n == 0)
-    descs, tma_flags = _descriptors(t, (q, k, v), ws)
-    with _device_guard(q):
-        kern.flash_fwd_kernel[grid](
-            q, k, v, out, lse, pad, seed if seed is not None else q,
-            fwd_indices if sparse else q, fwd_counts if sparse else q, *descs,
-            *_s4(q), *_s4(k), *_s4(v), *_s4(out),
-            pad.stride(0) if key_padding_mask is not None else 0, pad.stride(1) if key_padding_mask is not None else 0,
-            *_sparse_strides(fwd_indices, fwd_counts),
-            H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, drop_threshold, drop_scale,
-            BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n),
-            IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse,
-            **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
-        )
+    descs, tma_flags = _descriptors(t, (q, k, v), ws, traced=launch is not _direct)
+    launch(kern.flash_fwd_kernel)[grid](
+        q, k, v, out, lse, pad, seed if seed is not None else q,
+        fwd_indices if sparse else q, fwd_counts if sparse else q, *descs,
+        *_s4(q), *_s4(k), *_s4(v), *_s4(out),
+        pad.stride(0) if key_padding_mask is not None else 0, pad.stride(1) if key_padding_mask is not None else 0,
+        *_sparse_strides(fwd_indices, fwd_counts),
+        H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, drop_threshold, drop_scale,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n),
+        IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse,
+        **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
+    )
     return out, lse
 
 
-# the same function as an opaque op for torch.compile (schema from launch_fwd's annotations)
-flash_fwd = torch.library.custom_op("lra_kernels::flash_fwd", mutates_args=())(launch_fwd)
+@functools.wraps(launch_fwd)  # same signature: the op schema is inferred from it
+def _traceable_fwd(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkdv_indices, dkdv_counts,
+                   dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
+    return _fwd(_wrapped, q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, causal, dropout_p,
+                softmax_scale, tiles)
 
 
-@flash_fwd.register_fake
 def _flash_fwd_fake(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkdv_indices, dkdv_counts,
                     dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
     B, H, n_q, d = q.shape
@@ -236,9 +280,17 @@ def launch_bwd(
     causal: bool, dropout_p: float, softmax_scale: float, tiles: list[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv), contiguous, in the inputs' dtype."""
+    with _device_guard(q):
+        return _bwd(_direct, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices,
+                    dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles)
+
+
+def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
+         dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
+    """The backward launches (preprocess, dK/dV, dQ); ``launch`` as in :func:`_fwd`."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
-    all_tiles = Tiles.from_list(tiles)
+    all_tiles = _tiles(tuple(tiles))
     dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
     dv = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
@@ -253,47 +305,90 @@ def launch_bwd(
     flags = dict(IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse)
     if grad_lse is not None:
         grad_lse = grad_lse.contiguous()
-    with _device_guard(q):
-        pre_m = 64
-        kern.flash_bwd_preprocess_kernel[(triton.cdiv(n_q, pre_m), B * H)](
-            out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2,
-            *_s4(out), *_s4(grad_out), H, n_q, d,
-            BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None,
-        )
-        t = all_tiles.dkdv
-        ws = warp_spec_applies("dkdv", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
-                               even_n=n_k % t.block_n == 0)
-        descs, tma_flags = _descriptors(t, (q, k, v, grad_out), ws)
-        kern.flash_bwd_dkdv_kernel[_grid(triton.cdiv(n_k, t.block_n), B * H, sparse)](
-            q, k, v, grad_out, dk, dv, lse2, delta, pad, seed_arg,
-            dkdv_indices if sparse else q, dkdv_counts if sparse else q, *descs,
-            *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dk), *_s4(dv), *pad_strides,
-            *_sparse_strides(dkdv_indices, dkdv_counts),
-            H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
-            BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
-            **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
-        )
-        t = all_tiles.dq
-        descs, tma_flags = _descriptors(t, (q, k, v, grad_out), False)  # see warp_spec_applies
-        kern.flash_bwd_dq_kernel[_grid(triton.cdiv(n_q, t.block_m), B * H, sparse)](
-            q, k, v, grad_out, dq, lse2, delta, pad, seed_arg,
-            dq_indices if sparse else q, dq_counts if sparse else q, *descs,
-            *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,
-            *_sparse_strides(dq_indices, dq_counts),
-            H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
-            BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
-            **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
-        )
+    pre_m = 64
+    launch(kern.flash_bwd_preprocess_kernel)[(_cdiv(n_q, pre_m), B * H)](
+        out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2,
+        *_s4(out), *_s4(grad_out), H, n_q, d,
+        BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None,
+    )
+    traced = launch is not _direct
+    t = all_tiles.dkdv
+    ws = warp_spec_applies("dkdv", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
+                           even_n=n_k % t.block_n == 0)
+    descs, tma_flags = _descriptors(t, (q, k, v, grad_out), ws, traced=traced)
+    launch(kern.flash_bwd_dkdv_kernel)[_grid(_cdiv(n_k, t.block_n), B * H, sparse)](
+        q, k, v, grad_out, dk, dv, lse2, delta, pad, seed_arg,
+        dkdv_indices if sparse else q, dkdv_counts if sparse else q, *descs,
+        *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dk), *_s4(dv), *pad_strides,
+        *_sparse_strides(dkdv_indices, dkdv_counts),
+        H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
+        **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
+    )
+    t = all_tiles.dq
+    descs, tma_flags = _descriptors(t, (q, k, v, grad_out), False, traced=traced)  # see warp_spec_applies
+    launch(kern.flash_bwd_dq_kernel)[_grid(_cdiv(n_q, t.block_m), B * H, sparse)](
+        q, k, v, grad_out, dq, lse2, delta, pad, seed_arg,
+        dq_indices if sparse else q, dq_counts if sparse else q, *descs,
+        *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,
+        *_sparse_strides(dq_indices, dq_counts),
+        H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
+        **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
+    )
     return dq, dk, dv
 
 
-flash_bwd = torch.library.custom_op("lra_kernels::flash_bwd", mutates_args=())(launch_bwd)
+@functools.wraps(launch_bwd)
+def _traceable_bwd(grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
+                   dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
+    return _bwd(_wrapped, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
+                dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles)
 
 
-@flash_bwd.register_fake
 def _flash_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
                     dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# the ops torch.compile sees
+# ---------------------------------------------------------------------------------------------
+COMPILE_OP_ENV = "LRA_KERNELS_COMPILE_OP"
+
+
+def _compile_op_kind() -> str:
+    """"triton_op" on CUDA (the kernels compile for the GPU), "custom_op" where they run in the
+    interpreter; $LRA_KERNELS_COMPILE_OP (triton_op / custom_op) overrides."""
+    forced = os.environ.get(COMPILE_OP_ENV, "").strip()
+    if forced:
+        if forced not in ("triton_op", "custom_op"):
+            raise ValueError(f"${COMPILE_OP_ENV}={forced!r}: use triton_op or custom_op")
+        if forced == "triton_op" and os.environ.get("TRITON_INTERPRET") == "1":
+            raise ValueError(f"${COMPILE_OP_ENV}=triton_op needs compiled kernels, but TRITON_INTERPRET=1 runs "
+                             "them in Triton's interpreter, which torch.library.wrap_triton cannot trace")
+        return forced
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available()
+    return "custom_op" if interpreted else "triton_op"
+
+
+def register_ops(namespace: str, kind: str):
+    """Register ``{namespace}::flash_fwd`` and ``{namespace}::flash_bwd`` as ``kind`` ops with autograd;
+    returns (fwd op, bwd op). The package registers ``lra_kernels`` once, at import."""
+    name_fwd, name_bwd = f"{namespace}::flash_fwd", f"{namespace}::flash_bwd"
+    if kind == "triton_op":
+        fwd = torch.library.triton_op(name_fwd, mutates_args=())(_traceable_fwd)
+        bwd = torch.library.triton_op(name_bwd, mutates_args=())(_traceable_bwd)
+    elif kind == "custom_op":
+        fwd = torch.library.custom_op(name_fwd, mutates_args=())(launch_fwd)
+        bwd = torch.library.custom_op(name_bwd, mutates_args=())(launch_bwd)
+        fwd.register_fake(_flash_fwd_fake)
+        bwd.register_fake(_flash_bwd_fake)
+    else:
+        raise ValueError(f"unknown op kind {kind!r}: triton_op or custom_op")
+    bwd_packet = getattr(getattr(torch.ops, namespace), "flash_bwd")
+    fwd.register_autograd(functools.partial(_backward, bwd_packet), setup_context=_setup_context)
+    return fwd, bwd
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,17 +405,18 @@ def _setup_context(ctx, inputs, output):
     ctx.tiles = tiles
 
 
-def _backward(ctx, grad_out, grad_lse):
+def _backward(flash_bwd_op, ctx, grad_out, grad_lse):
     q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv = torch.ops.lra_kernels.flash_bwd(
+    dq, dk, dv = flash_bwd_op(
         grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
         dq_indices, dq_counts, ctx.causal, ctx.dropout_p, ctx.softmax_scale, ctx.tiles)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None
 
 
-flash_fwd.register_autograd(_backward, setup_context=_setup_context)
+COMPILE_OP = _compile_op_kind()
+flash_fwd, flash_bwd = register_ops("lra_kernels", COMPILE_OP)
 
 
 # ---------------------------------------------------------------------------------------------

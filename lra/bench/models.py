@@ -16,6 +16,11 @@ recorded as `oom` (and longer lengths of the same attention, regime and mode are
 grows with N at constant tokens per batch); an attention that cannot run a length is `unsupported`;
 any other failure is `error` with its message. Nothing stops the sweep.
 
+Profiling (`--profile DIR`): after a cell is timed, 3 more steps run under torch.profiler (CPU and, on
+CUDA, GPU activity) and DIR/<attention>_<regime>_<mode>_N<seq>.txt gets the operator tables (sorted by
+self CPU time and, on CUDA, self GPU time) with a Chrome/Perfetto trace beside it (.json.gz); the
+profiled steps are not part of the timing.
+
 Output: CSV (columns in docs/interfaces.md), rewritten atomically after every cell, so `--resume`
 continues a killed run; a Markdown table (lra.table's efficiency view) and `<name>.meta.json` with the
 provenance (command, GPU, versions, date, git revision) and the settings.
@@ -43,6 +48,7 @@ LONG_SEQ_LENS = (32 * K, 64 * K)
 LONG_ATTENTIONS = ("flash", "flash_sparse", "performer", "linformer", "bigbird")
 REGIMES = {"paper": 256 * K, "small": 32 * K}
 MODES = ("eager", "compiled")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Attention options the benchmark uses unless --options says otherwise: the SDPA row is the cuDNN
 # back-end, the fastest fused attention PyTorch ships on Hopper (the issue's comparison point).
 DEFAULT_OPTIONS = {"cuda": {"sdpa": {"backend": "cudnn"}}, "cpu": {}}
@@ -51,6 +57,8 @@ NUM_CLASSES = 2
 CSV_COLUMNS = ["attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "ms_per_step",
                "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note"]
 DONE_STATUSES = ("ok", "oom", "unsupported")
+PROFILE_STEPS = 3
+PROFILE_ROWS = 30
 
 
 def add_arguments(parser) -> None:
@@ -68,6 +76,9 @@ def add_arguments(parser) -> None:
                         help="one custom regime with T tokens per batch instead of --regimes")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=None,
                         help="eager and/or compiled (torch.compile); default: both on CUDA, eager on CPU")
+    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                        help="torch.compile mode of the compiled cells (reduce-overhead: CUDA graphs); a non-default "
+                             "mode is named in each compiled row's note — write such runs to their own --out")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per cell (median reported)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (compilation included)")
     parser.add_argument("--options", nargs="+", default=[], metavar="ATTN.KEY=VALUE",
@@ -79,6 +90,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="keep the cells already in --out (ok/oom/unsupported) and measure only the rest")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help=f"after timing each cell, profile {PROFILE_STEPS} more steps with torch.profiler and "
+                             "write DIR/<attention>_<regime>_<mode>_N<seq>.txt (operator tables by self CPU and GPU "
+                             "time) and .json.gz (Chrome/Perfetto trace)")
     parser.add_argument("--attention-dropout", type=float, default=0.1, metavar="P",
                         help="attention-probability dropout of the model (default 0.1, the paper's); 0 isolates "
                              "the cost of dropout — write such runs to their own --out")
@@ -156,7 +171,9 @@ def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dic
                 "long_attentions": list(LONG_ATTENTIONS), "regimes": regimes, "modes": modes,
                 "steps": args.steps, "warmup": args.warmup, "grad_clip": args.grad_clip,
                 "options": {k: v for k, v in options.items() if v}, "seed": args.seed,
-                "attention_dropout": args.attention_dropout}
+                "attention_dropout": args.attention_dropout,
+                "profile": str(args.profile) if args.profile is not None else None,
+                "compile_mode": args.compile_mode}
     if not 0.0 <= args.attention_dropout < 1.0:
         raise ValueError(f"--attention-dropout must be in [0, 1), got {args.attention_dropout}")
     return cells, settings
@@ -194,9 +211,57 @@ def _free_memory(device) -> None:
         torch.cuda.empty_cache()
 
 
+def profile_stem(profile_dir: Path, cell: Cell) -> Path:
+    """DIR/<attention>_<regime>_<mode>_N<seq> (the .txt table and .json.gz trace of a profiled cell)."""
+    mode = "compiled" if cell.compile else "eager"
+    return Path(profile_dir) / f"{cell.attention}_{cell.regime}_{mode}_N{cell.seq_len}"
+
+
+def profile_steps(step, first: int, cell: Cell, profile_dir: Path, device, ms_per_step: float) -> Path:
+    """Run PROFILE_STEPS more training steps under torch.profiler; write the operator tables (.txt) and
+    the trace (.json.gz). Returns the .txt path."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    stem = profile_stem(profile_dir, cell)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for i in range(PROFILE_STEPS):
+            with record_function(f"train_step_{i}"):
+                step(first + i)
+        if cuda:
+            torch.cuda.synchronize(device)
+    wall_ms = (time.perf_counter() - t0) * 1e3 / PROFILE_STEPS
+    averages = prof.key_averages()
+    sorts = [("self_cpu_time_total", "self CPU time")]
+    if cuda:
+        sorts.append(("self_device_time_total", "self GPU (CUDA) time"))
+    parts = [
+        f"lra bench models --profile: {cell.describe()}, batch {cell.batch_size} x {cell.seq_len} tokens, {device}",
+        f"{PROFILE_STEPS} training steps profiled after the timed ones; timed median {ms_per_step:.3f} ms/step, "
+        f"{wall_ms:.3f} ms/step wall clock under the profiler (which adds overhead)",
+        "totals are over all profiled steps; divide by the step count for per-step values",
+        "",
+    ]
+    for key, title in sorts:
+        parts += [f"== operators by {title} (top {PROFILE_ROWS}) ==",
+                  averages.table(sort_by=key, row_limit=PROFILE_ROWS, max_name_column_width=80), ""]
+    text_path = stem.with_name(stem.name + ".txt")
+    atomic_write_text(text_path, "\n".join(parts))
+    trace_path = stem.with_name(stem.name + ".json.gz")
+    partial = trace_path.with_name(trace_path.name + ".partial.json.gz")
+    prof.export_chrome_trace(str(partial))
+    os.replace(partial, trace_path)
+    return text_path
+
+
 def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
-            attention_dropout: float = 0.1) -> dict:
-    """Time one cell. Raises on OOM and other errors (the caller records them)."""
+            attention_dropout: float = 0.1, profile_dir: Path | None = None, compile_mode: str = "default") -> dict:
+    """Time one cell (then profile it, with ``profile_dir``). Raises on OOM and other errors (the caller
+    records them)."""
     import torch
     import torch.nn.functional as F
 
@@ -218,7 +283,7 @@ def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_
     forward = model
     if cell.compile:
         torch._dynamo.reset()  # a fresh cache per cell: recompilation limits never silently fall back to eager
-        forward = torch.compile(model)
+        forward = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
     # A few distinct random batches (never constant inputs), cycled through the steps.
     generator = torch.Generator(device="cpu").manual_seed(seed + 1)
     batches = [(torch.randint(0, VOCAB_SIZE, (batch, cell.seq_len), generator=generator).to(device),
@@ -256,6 +321,13 @@ def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_
             times_ms.append((time.perf_counter() - t0) * 1e3)
         peak_gb = math.nan
     ms = statistics.median(times_ms)
+    if profile_dir is not None:
+        try:
+            profile_steps(step, warmup + steps, cell, profile_dir, device, ms)
+        except Exception as err:  # noqa: BLE001 - a failed profile must not lose the timing
+            path = profile_stem(profile_dir, cell)
+            atomic_write_text(path.with_name(path.name + ".txt"), f"{cell.describe()}: profiling failed: "
+                                                                  f"{_first_line(err, 1000)}\n")
     return {"ms_per_step": ms, "samples_per_s": batch / ms * 1e3, "tokens_per_s": batch * cell.seq_len / ms * 1e3,
             "peak_mem_gb": peak_gb}
 
@@ -283,7 +355,7 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
 
 
 def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
-             attention_dropout: float = 0.1) -> dict:
+             attention_dropout: float = 0.1, profile_dir: Path | None = None, compile_mode: str = "default") -> dict:
     """Measure one cell and turn every outcome into a CSV row."""
     from lra import attention as registry
 
@@ -294,12 +366,15 @@ def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad
     if shortest is not None and cell.seq_len < shortest:
         return _row(cell, "unsupported", f"needs N >= {shortest} with these options")
     option_note = ", ".join(f"{k}={v}" for k, v in options.items())
+    if cell.compile and compile_mode != "default":
+        option_note = ", ".join(filter(None, [option_note, f"torch.compile mode={compile_mode}"]))
     if cell.tokens < cell.seq_len:
         option_note = ", ".join(filter(None, [option_note, f"1 sequence of {cell.seq_len} > {cell.tokens} tokens"]))
     outcome, failure = None, None
     try:
         outcome = measure(cell, device=device, options=options, steps=steps, warmup=warmup, grad_clip=grad_clip,
-                          seed=seed, attention_dropout=attention_dropout)
+                          seed=seed, attention_dropout=attention_dropout, profile_dir=profile_dir,
+                          compile_mode=compile_mode)
     except Exception as err:  # noqa: BLE001 - every failure becomes a row; the sweep goes on
         status = "unsupported" if isinstance(err, Unsupported) else "oom" if _is_oom(err) else "error"
         failure = (status, str(err).strip().splitlines()[0][:200] if status == "unsupported" else _first_line(err))
@@ -345,6 +420,8 @@ def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
         "- Same tokens per batch at every length (batch = tokens ÷ N): "
         + ", ".join(f"{k} = {v:,}" for k, v in meta["settings"]["regimes"].items()) + ".",
     ]
+    if meta["settings"].get("compile_mode", "default") != "default":
+        head.append(f"- Compiled cells: torch.compile mode={meta['settings']['compile_mode']}.")
     if meta["settings"].get("options"):
         head.append("- Attention options: " + "; ".join(
             f"{a}: " + ", ".join(f"{k}={v}" for k, v in o.items()) for a, o in meta["settings"]["options"].items()))
@@ -410,7 +487,8 @@ def run(args) -> int:
             else:
                 row = run_cell(cell, device=device, options=settings["options"].get(cell.attention, {}),
                                steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed,
-                               attention_dropout=args.attention_dropout)
+                               attention_dropout=args.attention_dropout, profile_dir=args.profile,
+                               compile_mode=args.compile_mode)
             if row["status"] == "oom":
                 k = (cell.attention, cell.regime, cell.compile)
                 oom_at[k] = min(oom_at.get(k, 1 << 62), cell.seq_len)

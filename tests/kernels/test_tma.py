@@ -30,8 +30,8 @@ def launches(monkeypatch):
     seen: list[dict] = []
     real = ops._descriptors
 
-    def spy(t, tensors, warp_spec):
-        descs, flags = real(t, tensors, warp_spec)
+    def spy(t, tensors, warp_spec, traced=False):
+        descs, flags = real(t, tensors, warp_spec, traced=traced)
         seen.append(flags)
         return descs, flags
 

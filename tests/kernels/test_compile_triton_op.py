@@ -1,0 +1,42 @@
+"""The ``triton_op`` form of the attention ops (what torch.compile uses on CUDA) decomposes into the
+Triton kernel launches, so Inductor launches them itself; checked by tracing with fake CUDA tensors
+(tests/kernels/triton_op_trace.py), which needs no GPU."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels import ops
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_triton_op_decomposes_into_the_kernel_launches():
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "kernels" / "triton_op_trace.py")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    reports = {r["case"]: r for r in map(json.loads, filter(None, proc.stdout.splitlines()))}
+    backward = ["flash_bwd_preprocess_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel"]
+    for case in ("dense_fwd", "dense_fwd_mask_dropout_causal", "sparse_fwd"):
+        assert reports[case]["kernels"] == ["flash_fwd_kernel"] and reports[case]["undecomposed"] == [], reports[case]
+    for case in ("dense_bwd_mask_dropout", "sparse_bwd"):
+        assert reports[case]["kernels"] == backward and reports[case]["undecomposed"] == [], reports[case]
+
+
+def test_compile_op_kind_is_chosen_once_and_overridable(monkeypatch):
+    assert ops.COMPILE_OP == ("custom_op" if os.environ.get("TRITON_INTERPRET") == "1" else ops.COMPILE_OP)
+    monkeypatch.setenv(ops.COMPILE_OP_ENV, "custom_op")
+    assert ops._compile_op_kind() == "custom_op"
+    monkeypatch.setenv(ops.COMPILE_OP_ENV, "triton")
+    with pytest.raises(ValueError, match="use triton_op or custom_op"):
+        ops._compile_op_kind()
+    monkeypatch.setenv(ops.COMPILE_OP_ENV, "triton_op")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(ValueError, match="wrap_triton cannot trace"):
+        ops._compile_op_kind()
