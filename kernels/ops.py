@@ -11,14 +11,18 @@ while torch.compile traces, it emits the custom op.
 
 How torch.compile sees the ops is chosen once, at import (``COMPILE_OP``):
 
-- ``"triton_op"`` (CUDA): registered with ``torch.library.triton_op`` and launching through
+- ``"custom_op"`` (the default everywhere): an opaque ``torch.library.custom_op`` with a separate
+  fake kernel; Inductor calls it as a Python fallback (the only form ``wrap_triton`` leaves for
+  the interpreter on CPU, which it cannot trace).
+- ``"triton_op"`` (opt-in on CUDA with ``LRA_KERNELS_COMPILE_OP=triton_op``; experimental): registered with ``torch.library.triton_op`` and launching through
   ``torch.library.wrap_triton``. AOTAutograd decomposes the op into its Triton kernel calls, so
   Inductor launches the kernels itself from its generated code (no custom-op dispatch, no Python
   launcher per call) and CUDA graphs (``mode="reduce-overhead"``) can capture them. The op's body
-  is its own fake kernel (shape arithmetic and tile selection only, no data access).
-- ``"custom_op"`` (CPU, where the kernels run in Triton's interpreter, which ``wrap_triton`` cannot
-  trace; or forced with ``LRA_KERNELS_COMPILE_OP=custom_op``): an opaque ``torch.library.custom_op``
-  with a separate fake kernel; Inductor calls it as a Python fallback.
+  is its own fake kernel (shape arithmetic and tile selection only, no data access). It traces on
+  torch 2.13 (tests/kernels/test_compile_triton_op.py) but **fails on the H200 with torch 2.11 /
+  Triton 3.6** (session 3): Inductor's lowering rejects the uint8 view of the key-padding mask
+  (``torch.bool is not supported by torch.iinfo``) and Inductor's recompilation of
+  ``flash_fwd_kernel`` raises a ``CompilationError``; so it is not the default.
 
 Launch arguments that both directions must agree on travel as op arguments: ``tiles`` (15 ints,
 see :class:`kernels.tiles.Tiles`), the dropout seed tensor and the block-sparse index lists.
@@ -358,8 +362,8 @@ COMPILE_OP_ENV = "LRA_KERNELS_COMPILE_OP"
 
 
 def _compile_op_kind() -> str:
-    """"triton_op" on CUDA (the kernels compile for the GPU), "custom_op" where they run in the
-    interpreter; $LRA_KERNELS_COMPILE_OP (triton_op / custom_op) overrides."""
+    """"custom_op" unless $LRA_KERNELS_COMPILE_OP asks for "triton_op" (CUDA only; see the module
+    docstring for why it is not the default)."""
     forced = os.environ.get(COMPILE_OP_ENV, "").strip()
     if forced:
         if forced not in ("triton_op", "custom_op"):
@@ -368,8 +372,7 @@ def _compile_op_kind() -> str:
             raise ValueError(f"${COMPILE_OP_ENV}=triton_op needs compiled kernels, but TRITON_INTERPRET=1 runs "
                              "them in Triton's interpreter, which torch.library.wrap_triton cannot trace")
         return forced
-    interpreted = os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available()
-    return "custom_op" if interpreted else "triton_op"
+    return "custom_op"
 
 
 def register_ops(namespace: str, kind: str):

@@ -9,7 +9,7 @@ from lra.model import DataSpec, build_model
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-# on CUDA the ops are triton_ops that Inductor decomposes into its own kernel launches: check that too
+# on CUDA this also runs Inductor (with the default custom_op form of the kernels)
 BACKENDS = ["aot_eager"] + (["inductor"] if DEVICE == "cuda" else [])
 
 
