@@ -258,10 +258,22 @@ def test_shipped_recipes_resolve_and_chain_compatible_models(target):
                 assert source.model == stage.config.model, (name, stage.name)
                 side = lambda n: int(round(n ** 0.5))  # noqa: E731 - square images
                 assert side(stage.config.data.seq_len) % side(source.data.seq_len) == 0
-        if name != "smoke":
+        if name not in ("smoke", "mini"):  # the miniatures stand in at lower resolutions
             assert stages["finetune"].config.task == target
             assert stages["pretrain"].config.task == "pathfinder64"
             assert stages["pretrain"].config.preset == "path64-pretrain"  # shared between the targets
+
+
+def test_mini_recipe_transfers_pathfinder32_to_64_with_the_paper_model():
+    mini = transfer.load_recipe("pathx", "mini")
+    pretrain, finetune = transfer.plan_chain(mini, transfer.ChainOptions())
+    scratch = transfer.plan_chain(mini, transfer.ChainOptions(), from_scratch=True)[0]
+    assert (pretrain.config.task, finetune.config.task, scratch.config.task) == ("pathfinder32", "pathfinder64",
+                                                                                  "pathfinder64")
+    assert pretrain.config.model == finetune.config.model == scratch.config.model
+    assert finetune.config.model.dim == 64 and finetune.config.train.batch_size == 256  # the paper's
+    assert finetune.spec.init_stage == "pretrain" and scratch.spec.init_stage is None
+    assert finetune.config.optim.schedule == scratch.config.optim.schedule == "cosine"
 
 
 def test_path256_recipe_is_block_sparse_butterfly_and_overridable():
