@@ -86,7 +86,7 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
         return f"tensordesc<{dtype}[1,1,{rows},{constexprs['BLOCK_D']}]>"
 
     pointer = {"Q": dtype, "K": dtype, "V": dtype, "O": dtype, "DO": dtype, "DQ": dtype, "DK": dtype, "DV": dtype,
-               "LSE": "fp32", "LSE2": "fp32", "DELTA": "fp32", "DLSE": "fp32", "PAD": "u8", "SEED": "i64",
+               "LSE": "fp32", "LSE2": "fp32", "DELTA": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
                "IDX": "i32", "CNT": "i32", "OUT": "u8"}
     floats = {"qk_scale", "sm_scale", "drop_scale"}
     sig = {}

@@ -20,9 +20,11 @@ How torch.compile sees the ops is chosen once, at import (``COMPILE_OP``):
   launcher per call) and CUDA graphs (``mode="reduce-overhead"``) can capture them. The op's body
   is its own fake kernel (shape arithmetic and tile selection only, no data access). It traces on
   torch 2.13 (tests/kernels/test_compile_triton_op.py) but **fails on the H200 with torch 2.11 /
-  Triton 3.6** (session 3): Inductor's lowering rejects the uint8 view of the key-padding mask
-  (``torch.bool is not supported by torch.iinfo``) and Inductor's recompilation of
-  ``flash_fwd_kernel`` raises a ``CompilationError``; so it is not the default.
+  Triton 3.6** (session 3, git 4c07bc2): Inductor's lowering rejected the uint8 view of the
+  key-padding mask (``torch.bool is not supported by torch.iinfo``) and Inductor's recompilation
+  of ``flash_fwd_kernel`` failed at ``tl.dot(..., input_precision=DOT_PREC)`` with DOT_PREC=None.
+  Both are addressed since (the bool mask is passed as is, DOT_PREC is spelled out on CUDA; the
+  same PTX as before for sm_90) but not yet re-run on the GPU, so it is not the default.
 
 Launch arguments that both directions must agree on travel as op arguments: ``tiles`` (15 ints,
 see :class:`kernels.tiles.Tiles`), the dropout seed tensor and the block-sparse index lists.
@@ -85,10 +87,14 @@ def _dropout_args(dropout_p: float) -> tuple[int, float]:
 
 
 def _dot_flags(q: Tensor) -> dict:
-    """DOT_PREC: exact IEEE products for float32 inputs (no TF32 rounding), the default otherwise.
+    """DOT_PREC: exact IEEE products for float32 inputs (no TF32 rounding); for 16-bit inputs the
+    setting does not apply: on CUDA it is spelled out as Triton's default ("tf32"; the same PTX as
+    None, checked for sm_90 with Triton 3.6) because Inductor's recompilation of the kernels under
+    the triton_op form fails on a None constexpr; the interpreter keeps None.
     UPCAST: Triton's interpreter multiplies bfloat16 dot operands as raw integers, so on CPU the
     kernels convert bfloat16 tiles to float32 after loading (bf16 products are exact in float32)."""
-    return dict(DOT_PREC="ieee" if q.dtype == torch.float32 else None,
+    cuda = q.device.type == "cuda"
+    return dict(DOT_PREC="ieee" if q.dtype == torch.float32 else ("tf32" if cuda else None),
                 UPCAST=q.dtype == torch.bfloat16 and q.device.type == "cpu")
 
 
@@ -238,7 +244,7 @@ def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Op
     t: PassTiles = _tiles(tuple(tiles)).fwd
     out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    pad = key_padding_mask.view(torch.uint8) if key_padding_mask is not None else q
+    pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
     sparse = fwd_indices is not None
     drop_threshold, drop_scale = _dropout_args(dropout_p)
     grid = _grid(_cdiv(n_q, t.block_m), B * H, sparse)
@@ -300,7 +306,7 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     dv = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     lse2 = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    pad = key_padding_mask.view(torch.uint8) if key_padding_mask is not None else q
+    pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
     pad_strides = (pad.stride(0), pad.stride(1)) if key_padding_mask is not None else (0, 0)
     sparse = dkdv_indices is not None
     seed_arg = seed if seed is not None else q
