@@ -94,6 +94,21 @@ def _load_rows_tma(desc, b, h, start, ROWS: tl.constexpr, BLOCK_D: tl.constexpr)
 
 
 @triton.jit
+def _load_resident(DESC, PTR, b32, h32, b64, h64, stride_b, stride_h, stride_r, stride_d, start, offs_r, n_rows,
+                   offs_d, head_dim, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_R: tl.constexpr,
+                   EVEN_D: tl.constexpr, USE_TMA: tl.constexpr):
+    """The (ROWS, BLOCK_D) tile a program keeps for its whole loop (rows ``offs_r`` = start + [0,
+    ROWS) of head (b, h)): through the TMA descriptor ``DESC`` or from the pointer ``PTR`` with its
+    (batch, head, row, column) strides; both read rows >= n_rows and columns >= head_dim as zero."""
+    if USE_TMA:
+        tile = _load_rows_tma(DESC, b32, h32, start, ROWS, BLOCK_D)
+    else:
+        ptrs = PTR + b64 * stride_b + h64 * stride_h + offs_r[:, None] * stride_r + offs_d[None, :] * stride_d
+        tile = _load_tile(ptrs, offs_r, n_rows, offs_d, head_dim, EVEN_R, EVEN_D)
+    return tile
+
+
+@triton.jit
 def dropout_keep(seed, bh, rows, start_n, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Dropout keep-mask (bool, (BLOCK_M, BLOCK_N)) of query rows ``rows`` x keys
     ``start_n + [0, BLOCK_N)`` of (batch * heads + head) ``bh``; ``start_n`` is a multiple of 16.
@@ -271,11 +286,8 @@ def flash_fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
 
-    if USE_TMA:
-        q = _load_rows_tma(Q_DESC, b, h, start_m, BLOCK_M, BLOCK_D)
-    else:
-        q_ptrs = Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-        q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    q = _load_resident(Q_DESC, Q, b, h, b64, h64, stride_qb, stride_qh, stride_qm, stride_qd, start_m, offs_m, N_Q,
+                       offs_d, HEAD_DIM, BLOCK_M, BLOCK_D, EVEN_M, EVEN_D, USE_TMA)
     if UPCAST:
         q = q.to(tl.float32)
     k_ptrs0 = K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
@@ -443,14 +455,10 @@ def flash_bwd_dkdv_kernel(
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
 
-    if USE_TMA:
-        k = _load_rows_tma(K_DESC, b32, h32, start_n, BLOCK_N, BLOCK_D)
-        v = _load_rows_tma(V_DESC, b32, h32, start_n, BLOCK_N, BLOCK_D)
-    else:
-        k = _load_tile(K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kn
-                       + offs_d[None, :] * stride_kd, offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
-        v = _load_tile(V + b64 * stride_vb + h64 * stride_vh + offs_n[:, None] * stride_vn
-                       + offs_d[None, :] * stride_vd, offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+    k = _load_resident(K_DESC, K, b32, h32, b64, h64, stride_kb, stride_kh, stride_kn, stride_kd, start_n, offs_n, N_K,
+                       offs_d, HEAD_DIM, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, USE_TMA)
+    v = _load_resident(V_DESC, V, b32, h32, b64, h64, stride_vb, stride_vh, stride_vn, stride_vd, start_n, offs_n, N_K,
+                       offs_d, HEAD_DIM, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, USE_TMA)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -588,14 +596,10 @@ def flash_bwd_dq_kernel(
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
 
-    if USE_TMA:
-        q = _load_rows_tma(Q_DESC, b32, h32, start_m, BLOCK_M, BLOCK_D)
-        do = _load_rows_tma(DO_DESC, b32, h32, start_m, BLOCK_M, BLOCK_D)
-    else:
-        q = _load_tile(Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qm
-                       + offs_d[None, :] * stride_qd, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
-        do = _load_tile(DO + b64 * stride_dob + h64 * stride_doh + offs_m[:, None] * stride_dom
-                        + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    q = _load_resident(Q_DESC, Q, b32, h32, b64, h64, stride_qb, stride_qh, stride_qm, stride_qd, start_m, offs_m, N_Q,
+                       offs_d, HEAD_DIM, BLOCK_M, BLOCK_D, EVEN_M, EVEN_D, USE_TMA)
+    do = _load_resident(DO_DESC, DO, b32, h32, b64, h64, stride_dob, stride_doh, stride_dom, stride_dod, start_m, offs_m,
+                        N_Q, offs_d, HEAD_DIM, BLOCK_M, BLOCK_D, EVEN_M, EVEN_D, USE_TMA)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     if EVEN_M:
         lse2 = tl.load(LSE2 + row)

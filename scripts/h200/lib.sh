@@ -44,6 +44,15 @@ run_lanes() {
   fi
 }
 
+# collect_results [DIR]: every run record under DIR (default $RUNS) into $WORK as
+# result_<attention>_<run id>.json, so that pack() brings them back
+collect_results() {
+  local f
+  for f in $(find "${1:-$RUNS}" -name result.json 2>/dev/null); do
+    cp "$f" "$WORK/result_$(basename "$(dirname "$(dirname "$f")")")_$(basename "$(dirname "$f")").json"
+  done
+}
+
 pack() {
   {
     echo "recipe $RECIPE, $(date -u +%FT%TZ), git ${LRA_GIT_REV:-?}, $(elapsed) s, $NGPU GPU(s)"

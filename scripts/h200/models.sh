@@ -47,8 +47,6 @@ lane1() {
 python3 -m lra info > "$WORK/info.txt" 2>&1
 if [[ "${DDP:-0}" == 1 ]] && (( NGPU >= 2 )); then ddp > "$WORK/ddp.log" 2>&1; fi
 run_lanes lane0 lane1
-for f in $(find "$RUNS/listops" -name result.json 2>/dev/null); do
-  cp "$f" "$WORK/result_$(basename "$(dirname "$f")").json"
-done
+collect_results "$RUNS/listops"
 cp "$WORK/ddp.log" "$OUT/" 2>/dev/null
 pack

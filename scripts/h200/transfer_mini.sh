@@ -44,7 +44,5 @@ lane1() {
 }
 
 run_lanes lane0 lane1
-for f in $(find "$RUNS" -name result.json 2>/dev/null); do
-  cp "$f" "$WORK/result_$(basename "$(dirname "$(dirname "$f")")")_$(basename "$(dirname "$f")").json"
-done
+collect_results
 pack
