@@ -420,7 +420,8 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
 
     runs = str(tmp_path / "runs")
     assert main(["transfer", "--target", "pathx", "--preset", "nope", "--runs", runs]) == 2
-    assert "no transfer recipe 'nope' for target pathx; available: pathx-transfer, mini, smoke" in capsys.readouterr().err
+    expected = "no transfer recipe 'nope' for target pathx; available: pathx-transfer, mini, smoke"
+    assert expected in capsys.readouterr().err
     assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", "bogus:epochs=1"]) == 2
     assert "no stage 'bogus'" in capsys.readouterr().err
     assert main(["transfer", "--target", "pathx", "--runs", runs, "--estimate-cost", "--step-ms", "nope=3"]) == 2
