@@ -53,6 +53,15 @@ collect_results() {
   done
 }
 
+# pack_runs: the whole run tree ($RUNS: records, logs and checkpoints) as $OUT/<recipe>_runs.tar.gz,
+# so that a later session can resume the runs: unpack it into a folder that .git/info/exclude
+# ignores (e.g. .keep/runs), name that folder in the device tool's `carry`, and run the recipe with
+# RUNS=.keep/runs (a stage resumes from its last.ckpt; completed stages are skipped). Small for the
+# LRA models (the `paper` model with its optimizer state is ~2.5 MB per checkpoint).
+pack_runs() {
+  tar czf "$OUT/${RECIPE}_runs.tar.gz" -C "$RUNS" . 2>/dev/null
+}
+
 pack() {
   {
     echo "recipe $RECIPE, $(date -u +%FT%TZ), git ${LRA_GIT_REV:-?}, $(elapsed) s, $NGPU GPU(s)"

@@ -45,4 +45,5 @@ lane1() {
 
 run_lanes lane0 lane1
 collect_results
+pack_runs   # the checkpoints: a later session can continue the stages (see lib.sh)
 pack
