@@ -54,10 +54,12 @@ collect_results() {
 }
 
 # pack_runs: the whole run tree ($RUNS: records, logs and checkpoints) as $OUT/<recipe>_runs.tar.gz,
-# so that a later session can resume the runs: unpack it into a folder that .git/info/exclude
-# ignores (e.g. .keep/runs), name that folder in the device tool's `carry`, and run the recipe with
-# RUNS=.keep/runs (a stage resumes from its last.ckpt; completed stages are skipped). Small for the
-# LRA models (the `paper` model with its optimizer state is ~2.5 MB per checkpoint).
+# so that a later session can build on it: unpack it into a folder that .git/info/exclude ignores
+# (e.g. .keep/runs), name that folder in the device tool's `carry`, and run with RUNS=.keep/runs:
+# completed stages are skipped and later stages start from their checkpoints; a run that was killed
+# resumes from its last.ckpt. (A stage stopped by train.max_minutes counts as completed, and
+# max_minutes is part of the run id: a longer cap is a new run.) The `paper` model with its
+# optimizer state is ~2.5 MB per checkpoint.
 pack_runs() {
   tar czf "$OUT/${RECIPE}_runs.tar.gz" -C "$RUNS" . 2>/dev/null
 }

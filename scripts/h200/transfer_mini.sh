@@ -45,5 +45,5 @@ lane1() {
 
 run_lanes lane0 lane1
 collect_results
-pack_runs   # the checkpoints: a later session can continue the stages (see lib.sh)
+pack_runs   # the run tree with checkpoints, for later stages in a later session (see lib.sh)
 pack
