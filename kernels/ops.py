@@ -95,7 +95,7 @@ def _dot_flags(q: Tensor) -> dict:
     kernels convert bfloat16 tiles to float32 after loading (bf16 products are exact in float32)."""
     cuda = q.device.type == "cuda"
     return dict(DOT_PREC="ieee" if q.dtype == torch.float32 else ("tf32" if cuda else None),
-                UPCAST=q.dtype == torch.bfloat16 and q.device.type == "cpu")
+                UPCAST=q.dtype == torch.bfloat16 and not cuda)
 
 
 def _common_flags(q: Tensor, k: Tensor, pt_m: int, pt_n: int) -> dict:

@@ -448,8 +448,8 @@ def flash_bwd_dkdv_kernel(
     pid_n, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
     b32 = pid_bh // H
     h32 = pid_bh % H
-    b64 = (pid_bh // H).to(tl.int64)
-    h64 = (pid_bh % H).to(tl.int64)
+    b64 = b32.to(tl.int64)
+    h64 = h32.to(tl.int64)
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m0 = tl.arange(0, BLOCK_M)
@@ -589,8 +589,8 @@ def flash_bwd_dq_kernel(
     pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
     b32 = pid_bh // H
     h32 = pid_bh % H
-    b64 = (pid_bh // H).to(tl.int64)
-    h64 = (pid_bh % H).to(tl.int64)
+    b64 = b32.to(tl.int64)
+    h64 = h32.to(tl.int64)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)

@@ -167,6 +167,22 @@ class RunConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
+class RunLocation:
+    """Mixin of the planned-run records of `lra sweep` and `lra transfer` (anything with a
+    `config: RunConfig`): where the run lives, from the config, in one place."""
+
+    config: RunConfig
+
+    @property
+    def run_dir(self) -> Path:
+        return self.config.run_dir()
+
+    @property
+    def record_path(self) -> Path:
+        """The run's result.json."""
+        return self.config.record_path()
+
+
 SECTION_TYPES = {"model": ModelConfig, "optim": OptimConfig, "data": DataConfig, "train": TrainConfig}
 
 

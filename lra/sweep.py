@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lra.config import RunConfig, resolve
+from lra.config import RunConfig, RunLocation, resolve
 from lra.records import RECORD_NAME, read_record, write_record
 
 STATES = ("new", "resume", "retry", "done", "invalid", "skipped")
@@ -56,7 +56,7 @@ class SweepSpec:
 
 
 @dataclass
-class PlannedRun:
+class PlannedRun(RunLocation):
     task: str
     attention: str
     seq_len: int | None
@@ -64,14 +64,6 @@ class PlannedRun:
     config: RunConfig
     state: str
     reason: str = ""
-
-    @property
-    def run_dir(self) -> Path:
-        return self.config.run_dir()
-
-    @property
-    def record_path(self) -> Path:
-        return self.config.record_path()
 
     @property
     def label(self) -> str:

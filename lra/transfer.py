@@ -40,7 +40,8 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from lra.config import PRESET_DIR, ModelConfig, RunConfig, parse_overrides, read_yaml_mapping, resolve
+from lra.config import (PRESET_DIR, ModelConfig, RunConfig, RunLocation, parse_overrides, read_yaml_mapping,
+                        resolve)
 from lra.model import DataSpec, MultiHeadSelfAttention
 from lra.positional import GridPositionalEmbedding, upsample_grid
 from lra.records import RECORD_NAME, atomic_write_text, read_record
@@ -541,7 +542,7 @@ def split_overrides(items: Iterable[str], stage_names: list[str]) -> dict[str | 
 
 
 @dataclass
-class PlannedStage:
+class PlannedStage(RunLocation):
     """A stage resolved against the command line; `config` gets its step counts in `fix_length`."""
 
     spec: StageSpec
@@ -557,14 +558,6 @@ class PlannedStage:
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def run_dir(self) -> Path:
-        return self.config.run_dir()
-
-    @property
-    def record_path(self) -> Path:
-        return self.config.record_path()
 
     def state(self) -> str:
         """done | resume | failed | new (from the files in the run folder)."""
