@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -365,6 +366,10 @@ TARGETS = ("pathx", "path256")
 STAGE_KEYS = {"task", "preset", "base_preset", "attention", "epochs", "warmup_epochs", "evals_per_epoch",
               "init", "overrides"}
 EPOCH_KEYS = ("epochs", "warmup_epochs", "evals_per_epoch")  # recipe-level knobs an override may set
+# `STAGE:preset=NAME` records a stage under another preset name (run id, table rows, plot curves),
+# e.g. a pretraining variant with other hyper-parameters that must not share rows with the recipe's.
+PRESET_KEY = "preset"
+PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 SCRATCH = "scratch"
 
 
@@ -584,6 +589,10 @@ def plan_chain(recipe: Recipe, options: ChainOptions, *, from_scratch: bool = Fa
     names = recipe.stage_names()
     from_recipe = split_overrides(recipe.overrides, names)
     from_cli = split_overrides(options.overrides, names)
+    for key, value in [*from_recipe.get(None, []), *from_cli.get(None, [])]:
+        if key == PRESET_KEY:
+            raise ValueError(f"override preset={value}: name the stage it renames (STAGE:preset=NAME); "
+                             "every stage of a chain keeps its own preset name")
     if from_scratch:
         if recipe.scratch is None:
             raise ValueError(f"recipe {recipe.name!r} ({recipe.source}) has no scratch baseline")
@@ -594,6 +603,7 @@ def plan_chain(recipe: Recipe, options: ChainOptions, *, from_scratch: bool = Fa
     for spec in specs:
         knobs = {"epochs": spec.epochs, "warmup_epochs": spec.warmup_epochs, "evals_per_epoch": spec.evals_per_epoch}
         config_items = []
+        preset = spec.preset
         # Later wins: the recipe's overrides for every stage, the stage's own, then the command line's
         # for every stage and for this one.
         ordered = [*from_recipe.get(None, []), *from_recipe.get(spec.name, []), *parse_overrides(spec.overrides),
@@ -602,6 +612,11 @@ def plan_chain(recipe: Recipe, options: ChainOptions, *, from_scratch: bool = Fa
             if key in EPOCH_KEYS:
                 knobs[key] = _number(value, f"override {key}", minimum=0.0 if key == "warmup_epochs" else 1e-9,
                                      allow_none=key == "warmup_epochs" and value.lower() in ("none", ""))
+            elif key == PRESET_KEY:
+                if not PRESET_NAME.fullmatch(value):
+                    raise ValueError(f"override {spec.name}:preset={value!r}: a preset name is letters, digits "
+                                     "and . _ + - (it becomes part of the run directory's name)")
+                preset = value
             else:
                 config_items.append(f"{key}={value}")
         if spec.is_target:
@@ -617,7 +632,7 @@ def plan_chain(recipe: Recipe, options: ChainOptions, *, from_scratch: bool = Fa
         config = resolve(spec.task, attention, preset=spec.base_preset, seed=options.seed, overrides=base_items,
                          runs_dir=options.runs_dir, data_dir=options.data_dir, devices=options.devices,
                          num_nodes=options.num_nodes, strategy=options.strategy, compile=options.compile)
-        config = dataclasses.replace(config, preset=spec.preset)
+        config = dataclasses.replace(config, preset=preset)
         planned.append(PlannedStage(spec=spec, config=config, epochs=knobs["epochs"],
                                     warmup_epochs=knobs["warmup_epochs"], evals_per_epoch=knobs["evals_per_epoch"],
                                     config_overrides=config_items))
@@ -663,7 +678,7 @@ def fix_length(stage: PlannedStage, train_examples: int, *, batches_one_device: 
                      overrides=[*items, *stage.config_overrides], attention_options=dict(c.attention_options),
                      runs_dir=c.runs_dir, data_dir=c.data.data_dir, devices=c.train.devices,
                      num_nodes=c.train.num_nodes, strategy=c.train.strategy, compile=c.train.compile)
-    stage.config = dataclasses.replace(config, preset=stage.spec.preset)
+    stage.config = dataclasses.replace(config, preset=c.preset)
 
 
 def data_key(config: RunConfig) -> tuple:

@@ -322,6 +322,27 @@ def test_epochs_become_steps_and_overrides_reach_their_stage():
         transfer.load_recipe("image", "smoke")
 
 
+def test_stage_preset_override_renames_one_stage_and_keeps_its_run_apart():
+    """`pretrain:preset=NAME` records a pretraining variant under its own name (its own run id and
+    table rows); the stage that starts from it follows, and a nameless `preset=` is refused."""
+    mini = transfer.load_recipe("pathx", "mini")
+    plain = transfer.plan_chain(mini, transfer.ChainOptions(overrides=["pretrain:optim.lr=5e-4"]))
+    renamed = transfer.plan_chain(mini, transfer.ChainOptions(
+        overrides=["pretrain:optim.lr=5e-4", "pretrain:preset=mini-pretrain-lr5e-4"]))
+    for stages in (plain, renamed):
+        for stage in stages:
+            transfer.fix_length(stage, 1000)
+    assert [s.config.preset for s in plain] == ["mini-pretrain", "mini-finetune"]
+    assert [s.config.preset for s in renamed] == ["mini-pretrain-lr5e-4", "mini-finetune"]
+    assert renamed[0].config.optim.lr == 5e-4 and renamed[0].config.train.max_steps == plain[0].config.train.max_steps
+    assert renamed[0].run_dir != plain[0].run_dir and renamed[0].run_dir.name.startswith("mini-pretrain-lr5e-4-")
+    assert renamed[1].config.run_id() == plain[1].config.run_id()  # the fine-tune itself is unchanged
+    with pytest.raises(ValueError, match="name the stage"):
+        transfer.plan_chain(mini, transfer.ChainOptions(overrides=["preset=x"]))
+    with pytest.raises(ValueError, match="preset name"):
+        transfer.plan_chain(mini, transfer.ChainOptions(overrides=["pretrain:preset=../x"]))
+
+
 def test_cost_formula():
     stages = [transfer.StageCost(stage="pretrain", task="pathfinder64", attention="flash", batch_size=256,
                                  devices=1, steps_per_epoch=625, epochs=200, evals=200, val_batches=79,
