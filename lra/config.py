@@ -80,6 +80,13 @@ class DataConfig:
     num_workers: Optional[int] = None  # DataLoader workers; None = auto (4 with CUDA, else 0)
     limit_train: Optional[int] = None  # use only the first N training examples
     limit_eval: Optional[int] = None   # ... and N validation / test examples
+    # Pathfinder tasks only: contour length of the images, easy (6) | intermediate (9) | hard (14);
+    # None = the task's default, hard (the LRA benchmark's). Generated data, or the matching folder
+    # of the official release (curv_baseline, curv_contour_length_9, curv_contour_length_14).
+    difficulty: Optional[str] = None
+
+
+DIFFICULTIES = ("easy", "intermediate", "hard")  # tasks.pathfinder_gen.DIFFICULTIES, without importing tasks
 
 
 @dataclass
@@ -129,6 +136,8 @@ class RunConfig:
             out.pop(key)
         for key in ("data_dir", "num_workers", "seq_len"):
             out["data"].pop(key)
+        if out["data"]["difficulty"] is None:  # the default: ids of runs made before the key existed stay
+            out["data"].pop("difficulty")
         for key in ("compile", "throughput_warmup_steps"):  # speed and how it is measured, not results
             out["train"].pop(key)
         return out
@@ -444,6 +453,12 @@ def validate(config: RunConfig) -> None:
     for key, value in {"optim.beta1": o.beta1, "optim.beta2": o.beta2}.items():
         if not 0.0 <= value < 1.0:
             raise ValueError(f"{key} must be in [0, 1), got {value}")
+    if d.difficulty is not None:
+        if not config.task.startswith("path"):
+            raise ValueError(f"data.difficulty applies to the Pathfinder tasks only, not {config.task}")
+        if d.difficulty not in DIFFICULTIES:
+            raise ValueError(f"data.difficulty must be one of {', '.join(DIFFICULTIES)} (contour length 6, 9, 14) "
+                             f"or none, got {d.difficulty!r}")
     if t.max_minutes is not None and not t.max_minutes > 0:
         raise ValueError(f"train.max_minutes must be > 0 (or none), got {t.max_minutes}")
     for key, value in {"data.seq_len": d.seq_len, "data.limit_train": d.limit_train,

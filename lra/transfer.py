@@ -684,8 +684,8 @@ def fix_length(stage: PlannedStage, train_examples: int, *, batches_one_device: 
 def data_key(config: RunConfig) -> tuple:
     """Stages with equal keys read the same data in the same batches (counted once)."""
     c = config
-    return (c.task, c.data.data_dir, c.data.source, c.data.limit_train, c.data.limit_eval, c.data.seq_len,
-            c.train.batch_size, c.train.limit_val_batches, c.seed)
+    return (c.task, c.data.data_dir, c.data.source, c.data.difficulty, c.data.limit_train, c.data.limit_eval,
+            c.data.seq_len, c.train.batch_size, c.train.limit_val_batches, c.seed)
 
 
 def prepare_stage_data(stage: PlannedStage) -> tuple[int, int]:

@@ -117,6 +117,20 @@ def test_run_id_is_deterministic_and_tracks_what_matters(tmp_path):
     assert base.run_dir() == Path("runs") / "listops" / "performer" / base.run_id()
 
 
+def test_pathfinder_difficulty_is_data_config_and_changes_ids_only_when_set():
+    hard = resolve("pathfinder32", "softmax", preset="smoke")
+    assert hard.data.difficulty is None and "difficulty" not in hard.identity()["data"]
+    # the default keeps the ids that runs had before the key existed
+    assert resolve("pathfinder32", "softmax", preset="smoke", overrides=["data.difficulty=none"]).run_id() == hard.run_id()
+    easy = resolve("pathfinder32", "softmax", preset="smoke", overrides=["data.difficulty=easy"])
+    explicit_hard = resolve("pathfinder32", "softmax", preset="smoke", overrides=["data.difficulty=hard"])
+    assert easy.data.difficulty == "easy" and len({easy.run_id(), explicit_hard.run_id(), hard.run_id()}) == 3
+    with pytest.raises(ValueError, match="must be one of easy, intermediate, hard"):
+        resolve("pathfinder32", "softmax", preset="smoke", overrides=["data.difficulty=medium"])
+    with pytest.raises(ValueError, match="Pathfinder tasks only, not listops"):
+        resolve("listops", "softmax", preset="smoke", overrides=["data.difficulty=easy"])
+
+
 def test_round_trip_through_dict_and_yaml():
     c = resolve("pathfinder32", "linformer", preset="smoke", overrides=["model.dim=40"])
     again = RunConfig.from_dict(yaml.safe_load(c.to_yaml()))

@@ -106,6 +106,18 @@ def test_pathfinder_uses_a_2d_grid_embedding(tmp_path, data_dir):
     assert ckpt["hyper_parameters"]["config"]["model"]["positional"] == "learned"
 
 
+def test_pathfinder_difficulty_reaches_the_data(tmp_path):
+    from lra.train import build_datamodule, resolve_runtime
+
+    config = resolve("pathfinder32", "softmax", preset="smoke", data_dir=tmp_path,
+                     overrides=["data.difficulty=easy", "data.limit_train=4", "data.limit_eval=2"])
+    dm = build_datamodule(config, resolve_runtime(config))
+    assert dm.source.params.contour_length == 6
+    dm.prepare_data()
+    folders = [p.name for p in (tmp_path / "generated" / "pathfinder32").iterdir() if p.is_dir()]
+    assert len(folders) == 1 and folders[0].startswith("c6-")
+
+
 def _write_aan(path: Path, rows: int, seed: int) -> None:
     """An AAN pairs file in the official layout: no header; label, id1, id2, text1, text2."""
     import random

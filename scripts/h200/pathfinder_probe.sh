@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Device call (issues #7, #8): what makes the paper model leave chance on Pathfinder-32 within
+# minutes. transfer_mini.sh (session 4) pretrained Pathfinder-32 for 18.7K steps of 256 at lr 1e-4
+# and at 5e-4: both stayed at chance (best val 52 %), while the same model memorises 256 images on a
+# CPU in 150 steps (gradients flow) — so either the hard images need far more updates than a call
+# gives, or something about the setting is off. Four runs of the `paper` model, two per GPU, each
+# capped at PROBE_MIN minutes; every run keeps its Lightning metrics.csv (train loss and accuracy):
+#   GPU 0: P1 easy images (contour length 6), the paper setting (batch 256, lr 1e-4)
+#          P2 hard images, batch 64, lr 1e-4 (4x the updates per image seen)
+#   GPU 1: P3 hard images, batch 256, lr 1e-3
+#          P4 hard images, batch 64, lr 5e-4
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
+# CPU check of the commands (tiny data, a few steps, sdpa): DRY=1 OUT=/tmp/o KEEP=/tmp/k bash scripts/h200/pathfinder_probe.sh
+RECIPE=pathfinder_probe
+source "$(dirname "$0")/lib.sh"
+PROBE_MIN=${PROBE_MIN:-6.5}
+N=${N:-80000}              # 64,000 / 8,000 / 8,000 per difficulty
+EVAL=${EVAL:-2000}
+ATTN=flash
+EXTRA=()
+if (( ${DRY:-0} )); then
+  N=200; EVAL=16; ATTN=sdpa; PROBE_MIN=0.3; EXTRA=(model.dim=16 model.mlp_dim=16 model.head_dim=8)
+fi
+TRAIN=$(( N * 8 / 10 ))
+
+say "data: Pathfinder-32 hard and easy, $N images each"
+lra data generate pathfinder32 --n "$N" --out "$DATA" --workers 16 > "$WORK/data_hard.log" 2>&1 &
+lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers 14 > "$WORK/data_easy.log" 2>&1 &
+wait
+
+# probe NAME BATCH LR [KEY=VALUE ...]: the paper preset, the LR schedule of the paper's 62,400 steps of
+# 256 rescaled to the batch (same images per warm-up, decay and evaluation), capped at PROBE_MIN
+probe() {
+  local name=$1 batch=$2 lr=$3; shift 3
+  local scale=$(( 256 / batch ))
+  say "$name: batch $batch, lr $lr $*"
+  timeout -k 5 "$(left 5)" python3 -m lra train --task pathfinder32 --attention "$ATTN" --preset paper \
+      --runs-dir "$RUNS/$name" --data-dir "$DATA" --no-progress \
+      "train.batch_size=$batch" "optim.lr=$lr" "train.max_steps=$(( 62400 * scale ))" \
+      "optim.warmup_steps=$(( 312 * scale ))" "train.val_check_interval=$(( 125 * scale ))" \
+      "train.max_minutes=$PROBE_MIN" "data.limit_train=$TRAIN" "data.limit_eval=$EVAL" "${EXTRA[@]}" "$@" \
+      > "$WORK/$name.log" 2>&1
+  say "$name done: $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
+}
+
+lane0() { probe P1_easy_b256_lr1e-4 256 1e-4 data.difficulty=easy & probe P2_hard_b64_lr1e-4 64 1e-4 & wait; }
+lane1() { probe P3_hard_b256_lr1e-3 256 1e-3 & probe P4_hard_b64_lr5e-4 64 5e-4 & wait; }
+run_lanes lane0 lane1
+
+for d in "$RUNS"/P*; do   # each probe's metrics (train loss/acc per logging step, val per evaluation)
+  f=$(find "$d" -name metrics.csv | head -1); [[ -n "$f" ]] && cp "$f" "$WORK/metrics_$(basename "$d").csv"
+done
+collect_results
+pack
