@@ -9,12 +9,13 @@
 #          P2 hard images, batch 64, lr 1e-4 (4x the updates per image seen)
 #   GPU 1: P3 hard images, batch 256, lr 1e-3
 #          P4 hard images, batch 64, lr 5e-4
+# On a one-GPU machine all four share GPU 0.
 # Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
 # CPU check of the commands (tiny data, a few steps, sdpa): DRY=1 OUT=/tmp/o KEEP=/tmp/k bash scripts/h200/pathfinder_probe.sh
 RECIPE=pathfinder_probe
 source "$(dirname "$0")/lib.sh"
 PROBE_MIN=${PROBE_MIN:-6.5}
-N=${N:-80000}              # 64,000 / 8,000 / 8,000 per difficulty
+N=${N:-80000}              # 64,000 / 8,000 / 8,000 per difficulty (use 50000 on a 16-core one-GPU machine)
 EVAL=${EVAL:-2000}
 ATTN=flash
 EXTRA=()
@@ -24,8 +25,10 @@ fi
 TRAIN=$(( N * 8 / 10 ))
 
 say "data: Pathfinder-32 hard and easy, $N images each"
-lra data generate pathfinder32 --n "$N" --out "$DATA" --workers 16 > "$WORK/data_hard.log" 2>&1 &
-lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers 14 > "$WORK/data_easy.log" 2>&1 &
+CORES=$(nproc)
+lra data generate pathfinder32 --n "$N" --out "$DATA" --workers $(( CORES / 2 )) > "$WORK/data_hard.log" 2>&1 &
+lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers $(( CORES / 2 - 1 )) \
+    > "$WORK/data_easy.log" 2>&1 &
 wait
 
 # probe NAME BATCH LR [KEY=VALUE ...]: the paper preset, the LR schedule of the paper's 62,400 steps of
@@ -45,7 +48,11 @@ probe() {
 
 lane0() { probe P1_easy_b256_lr1e-4 256 1e-4 data.difficulty=easy & probe P2_hard_b64_lr1e-4 64 1e-4 & wait; }
 lane1() { probe P3_hard_b256_lr1e-3 256 1e-3 & probe P4_hard_b64_lr5e-4 64 5e-4 & wait; }
-run_lanes lane0 lane1
+if (( NGPU >= 2 )); then
+  run_lanes lane0 lane1
+else  # one GPU: all four side by side on it (sequential lanes would not fit the call)
+  (export CUDA_VISIBLE_DEVICES=0; lane0 > "$WORK/lane0.log" 2>&1 & lane1 > "$WORK/lane1.log" 2>&1 & wait)
+fi
 
 for d in "$RUNS"/P*; do   # each probe's metrics (train loss/acc per logging step, val per evaluation)
   f=$(find "$d" -name metrics.csv | head -1); [[ -n "$f" ]] && cp "$f" "$WORK/metrics_$(basename "$d").csv"
