@@ -10,10 +10,12 @@
 #   GPU 1: P3 hard images, batch 256, lr 1e-3
 #          P4 hard images, batch 64, lr 5e-4
 # On a one-GPU machine all four share GPU 0.
-# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
+# SET=full instead: the LRA-size training split (N=200000 -> 160,000 images), batch 256, lr 1e-4 and 1e-3.
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [SET=probes|full] [N=...] [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
 # CPU check of the commands (tiny data, a few steps, sdpa): DRY=1 OUT=/tmp/o KEEP=/tmp/k bash scripts/h200/pathfinder_probe.sh
 RECIPE=pathfinder_probe
 source "$(dirname "$0")/lib.sh"
+SET=${SET:-probes}         # probes | full (see the lanes below)
 PROBE_MIN=${PROBE_MIN:-6.5}
 N=${N:-80000}              # 64,000 / 8,000 / 8,000 per difficulty (use 50000 on a 16-core one-GPU machine)
 EVAL=${EVAL:-2000}
@@ -24,12 +26,16 @@ if (( ${DRY:-0} )); then
 fi
 TRAIN=$(( N * 8 / 10 ))
 
-say "data: Pathfinder-32 hard and easy, $N images each"
+say "data: Pathfinder-32, $N images per difficulty ($SET)"
 CORES=$(nproc)
-lra data generate pathfinder32 --n "$N" --out "$DATA" --workers $(( CORES / 2 )) > "$WORK/data_hard.log" 2>&1 &
-lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers $(( CORES / 2 - 1 )) \
-    > "$WORK/data_easy.log" 2>&1 &
-wait
+if [[ "$SET" == full ]]; then
+  lra data generate pathfinder32 --n "$N" --out "$DATA" --workers "$CORES" > "$WORK/data_hard.log" 2>&1
+else
+  lra data generate pathfinder32 --n "$N" --out "$DATA" --workers $(( CORES / 2 )) > "$WORK/data_hard.log" 2>&1 &
+  lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers $(( CORES / 2 - 1 )) \
+      > "$WORK/data_easy.log" 2>&1 &
+  wait
+fi
 
 # probe NAME BATCH LR [KEY=VALUE ...]: the paper preset, the LR schedule of the paper's 62,400 steps of
 # 256 rescaled to the batch (same images per warm-up, decay and evaluation), capped at PROBE_MIN
@@ -46,8 +52,15 @@ probe() {
   say "$name done: $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
 }
 
-lane0() { probe P1_easy_b256_lr1e-4 256 1e-4 data.difficulty=easy & probe P2_hard_b64_lr1e-4 64 1e-4 & wait; }
-lane1() { probe P3_hard_b256_lr1e-3 256 1e-3 & probe P4_hard_b64_lr5e-4 64 5e-4 & wait; }
+if [[ "$SET" == full ]]; then
+  # SET=full (after the four probes all memorised their 40,000 training images — train accuracy up to
+  # 81 % at chance validation): the full 160,000-image training split of the LRA data, N=200000
+  lane0() { probe F1_hard_full_b256_lr1e-4 256 1e-4; }
+  lane1() { probe F2_hard_full_b256_lr1e-3 256 1e-3; }
+else
+  lane0() { probe P1_easy_b256_lr1e-4 256 1e-4 data.difficulty=easy & probe P2_hard_b64_lr1e-4 64 1e-4 & wait; }
+  lane1() { probe P3_hard_b256_lr1e-3 256 1e-3 & probe P4_hard_b64_lr5e-4 64 5e-4 & wait; }
+fi
 if (( NGPU >= 2 )); then
   run_lanes lane0 lane1
 else  # one GPU: all four side by side on it (sequential lanes would not fit the call)
