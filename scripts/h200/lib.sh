@@ -53,15 +53,18 @@ collect_results() {
   done
 }
 
-# pack_runs: the whole run tree ($RUNS: records, logs and checkpoints) as $OUT/<recipe>_runs.tar.gz,
+# pack_runs: the whole run tree ($RUNS: records, logs and checkpoints) as $OUT/<recipe>_runs.tar.gz.part-*,
 # so that a later session can build on it: unpack it into a folder that .git/info/exclude ignores
 # (e.g. .keep/runs), name that folder in the device tool's `carry`, and run with RUNS=.keep/runs:
 # completed stages are skipped and later stages start from their checkpoints; a run that was killed
 # resumes from its last.ckpt. (A stage stopped by train.max_minutes counts as completed, and
 # max_minutes is part of the run id: a longer cap is a new run.) The `paper` model with its
 # optimizer state is ~2.5 MB per checkpoint.
+# The device tool returns files of at most 16 MiB: the archive comes back in parts of 15 MiB,
+# ${RECIPE}_runs.tar.gz.part-aa, -ab, ...; join them with `cat ${RECIPE}_runs.tar.gz.part-* | tar xz`.
+# (Session 4's transfer_mini run tree, 23 MB in one file, did not come back.)
 pack_runs() {
-  tar czf "$OUT/${RECIPE}_runs.tar.gz" -C "$RUNS" . 2>/dev/null
+  tar czf - -C "$RUNS" . 2>/dev/null | split -b 15M - "$OUT/${RECIPE}_runs.tar.gz.part-"
 }
 
 pack() {
@@ -70,7 +73,12 @@ pack() {
     nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader 2>/dev/null
     python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
   } > "$WORK/machine.txt"
-  cp "$WORK"/lane*.log "$WORK/machine.txt" "$OUT/" 2>/dev/null
+  # lane logs and machine.txt are also inside the archive; copied beside it while the device
+  # tool's limit of 8 files allows (run-tree parts from pack_runs come first)
+  local f
+  for f in "$WORK/machine.txt" "$WORK"/lane*.log; do
+    (( $(find "$OUT" -maxdepth 1 -type f | wc -l) < 7 )) && cp "$f" "$OUT/"
+  done
   tar czf "$OUT/$RECIPE.tar.gz" -C "$WORK" --exclude='*.ckpt' . 2>/dev/null
   ls -la "$OUT"
 }

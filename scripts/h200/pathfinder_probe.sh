@@ -67,7 +67,7 @@ else  # one GPU: all four side by side on it (sequential lanes would not fit the
   (export CUDA_VISIBLE_DEVICES=0; lane0 > "$WORK/lane0.log" 2>&1 & lane1 > "$WORK/lane1.log" 2>&1 & wait)
 fi
 
-for d in "$RUNS"/P*; do   # each probe's metrics (train loss/acc per logging step, val per evaluation)
+for d in "$RUNS"/*/; do   # each probe's metrics (train loss/acc per logging step, val per evaluation)
   f=$(find "$d" -name metrics.csv | head -1); [[ -n "$f" ]] && cp "$f" "$WORK/metrics_$(basename "$d").csv"
 done
 collect_results
