@@ -23,6 +23,8 @@ overrides are `key=value` for every stage or `STAGE:key=value` for one (stages: 
 finetune2, scratch). Keys are config keys (model.dim, optim.lr, train.batch_size, data.limit_train,
 attention.<option>, ...) or the recipe's epochs, warmup_epochs and evals_per_epoch, e.g. a scaled-down
 run:  lra transfer --target pathx data.limit_train=20000 epochs=4 pretrain:epochs=10
+`STAGE:preset=NAME` records one stage under another preset name (its own run id and table rows), for a
+variant of a stage, e.g.  pretrain:optim.lr=5e-4 pretrain:preset=mini-pretrain-lr5e-4
 
 examples:
   lra transfer --target pathx                       # the paper's recipe (GPU, many hours)
