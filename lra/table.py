@@ -109,15 +109,42 @@ def normalise_records(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def _variants(df: pd.DataFrame) -> pd.Series:
-    """Per run, the attention options that distinguish it from other runs of the same attention ('' if none)."""
+    """Per run, what distinguishes it from other runs ('' if nothing): the attention options that differ
+    among runs of the same attention, then the config settings that differ among runs of the same
+    (attention, preset, task), e.g. `optim.lr=0.001` for a learning-rate variant recorded under the
+    `paper` preset — so that such runs get their own rows instead of being averaged with (or dropped
+    as reruns of) the preset's own."""
     option_columns = sorted(c for c in df.columns if c.startswith("attention_options."))
-    variant = pd.Series("", index=df.index, dtype=object)
+    parts: dict = {index: [] for index in df.index}
     for _, group in df.groupby("attention", sort=False):
         differing = [c for c in option_columns if group[c].astype(str).nunique(dropna=False) > 1]
         for index, row in group.iterrows():
-            parts = [f"{c.split('.', 1)[1]}={_plain(row[c])}" for c in differing if not _missing(row[c])]
-            variant[index] = ", ".join(parts)
-    return variant
+            parts[index] += [f"{c.split('.', 1)[1]}={_plain(row[c])}" for c in differing if not _missing(row[c])]
+    if "config" in df.columns:
+        settings = df["config"].map(_config_settings)
+        for _, group in df.groupby(["attention", "preset", "task"], sort=False):
+            known = [settings[i] for i in group.index if settings[i] is not None]
+            keys = sorted({k for one in known for k in one})
+            differing = [k for k in keys if len({repr(one.get(k)) for one in known}) > 1]
+            for index in group.index:
+                if settings[index] is not None:
+                    parts[index] += [f"{k}={_plain(settings[index].get(k))}" for k in differing]
+    return pd.Series({index: ", ".join(p) for index, p in parts.items()}, index=df.index, dtype=object)
+
+
+# Config keys that do not change what a run computes (lra.config.RunConfig.identity drops the same).
+_NOT_IDENTITY = ("runs_dir", "task", "attention", "preset", "seed", "attention_options", "data.data_dir",
+                 "data.num_workers", "data.seq_len", "train.compile", "train.throughput_warmup_steps")
+
+
+def _config_settings(config) -> dict | None:
+    """A record's config flattened to {"optim.lr": 0.001, ...} without the keys in _NOT_IDENTITY;
+    None for a record without one."""
+    if not isinstance(config, dict):
+        return None
+    flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
+    return {k: v for k, v in flat.items()
+            if not any(k == key or k.startswith(key + ".") for key in _NOT_IDENTITY)}
 
 
 def _plain(value):

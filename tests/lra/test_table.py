@@ -121,6 +121,28 @@ def test_full_average_and_its_delta(tmp_path, published):
     assert retrieval["std"] == pytest.approx(math.sqrt(2))  # two seeds 2 points apart
 
 
+def test_config_variants_get_their_own_rows_instead_of_counting_as_reruns(tmp_path, published):
+    """Two runs of one preset and seed that differ in a setting (here the learning rate) are two
+    cells, labelled by what differs; paths and workers do not make a variant."""
+    from lra.records import load_records
+
+    root = tmp_path / "runs"
+    base = {"model": {"dim": 64}, "optim": {"lr": 1e-4}, "data": {"data_dir": "/a", "num_workers": 4},
+            "train": {"batch_size": 256}, "runs_dir": "/x", "seed": 0}
+    fast = {**base, "optim": {"lr": 1e-3}, "data": {"data_dir": "/elsewhere", "num_workers": 8}, "runs_dir": "/y"}
+    record(root, "listops", "flash", 0, acc=0.36, run_id="paper-n1024-s0-aaaa", config=base)
+    record(root, "listops", "flash", 1, acc=0.38, run_id="paper-n1024-s1-aaaa", config={**base, "seed": 1,
+                                                                                         "runs_dir": "/z"})
+    record(root, "listops", "flash", 0, acc=0.20, run_id="paper-n1024-s0-bbbb", config=fast,
+           created="2026-12-01T00:00:00")
+    summary = table.accuracy_summary(load_records(root), published)
+    rows = summary[(summary["attention"] == "flash") & (summary["task"] == "listops")].set_index("variant")
+    assert set(rows.index) == {"optim.lr=0.0001", "optim.lr=0.001"}
+    assert (rows.loc["optim.lr=0.0001", "n"], rows.loc["optim.lr=0.0001", "mean"]) == (2, pytest.approx(37.0))
+    assert (rows.loc["optim.lr=0.001", "n"], rows.loc["optim.lr=0.001", "mean"]) == (1, pytest.approx(20.0))
+    assert (rows["duplicates"] == 0).all()
+
+
 def test_accuracy_display(records, published):
     sections = table.accuracy_sections(table.accuracy_summary(records, published), published, records)
     shown = sections[0].table
