@@ -14,6 +14,7 @@ Sizes are for a paper page: 7 in wide (two columns), fonts from seaborn's `paper
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -268,28 +269,70 @@ def kernel_tflops(kernels: pd.DataFrame, out_dir: str | Path) -> PlotResult:
 
 
 # ----------------------------------------------------------------------------------- training curves
-def curve_points(records: pd.DataFrame) -> pd.DataFrame:
-    """Long frame of validation-accuracy curves: one row per (run, evaluation)."""
+def curve_points(records: pd.DataFrame, *, train: bool = False) -> pd.DataFrame:
+    """Long frame of accuracy curves: one row per (run, evaluation), column `curve` = "validation".
+    With ``train``, also the training accuracy each run logged (Lightning's `train/acc` in the run's
+    logs/*/metrics.csv; training batches, dropout on; rolling mean of 20 logged steps), its steps
+    placed on the wall clock by interpolating the run's validation (step, wall_s) points."""
+    columns = ["task", "seq_len", "attention", "variant", "preset", "run", "status", "curve", "wall_s", "val_acc"]
     df = table.normalise_records(records)
     if df.empty or "val_acc_curve" not in df.columns:
-        return pd.DataFrame(columns=["task", "seq_len", "attention", "variant", "preset", "run", "wall_s", "val_acc"])
+        return pd.DataFrame(columns=columns)
     rows = []
     for _, record in df.iterrows():
         curve = record["val_acc_curve"]
         if not isinstance(curve, list):
             continue
-        for point in curve:
-            if not isinstance(point, dict) or point.get("val_acc") is None or point.get("wall_s") is None:
-                continue
-            rows.append({"task": record["task"], "seq_len": record["seq_len"], "attention": record["attention"],
-                         "variant": record["variant"], "preset": record.get("preset"),
-                         "run": record["path"], "status": record["status"],
-                         "wall_s": float(point["wall_s"]), "val_acc": float(point["val_acc"]) * 100.0})
-    return pd.DataFrame(rows)
+        base = {"task": record["task"], "seq_len": record["seq_len"], "attention": record["attention"],
+                "variant": record["variant"], "preset": record.get("preset"), "run": record["path"],
+                "status": record["status"]}
+        points = [p for p in curve if isinstance(p, dict) and p.get("val_acc") is not None
+                  and p.get("wall_s") is not None]
+        rows += [{**base, "curve": "validation", "wall_s": float(p["wall_s"]), "val_acc": float(p["val_acc"]) * 100.0}
+                 for p in points]
+        if train:
+            rows += [{**base, "curve": "training", "wall_s": wall, "val_acc": acc}
+                     for wall, acc in _training_accuracy(Path(record["path"]).parent, points)]
+    return pd.DataFrame(rows, columns=columns)
 
 
-def training_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[str] | None = None) -> list[PlotResult]:
-    points = curve_points(records)
+def _training_accuracy(run_dir: Path, val_points: list[dict]) -> list[tuple[float, float]]:
+    """(wall_s, training accuracy %) of a run from its Lightning metrics (all logger versions: a
+    resumed run writes a new one); [] without metrics or without two validation points to place the
+    steps on the wall clock."""
+    steps = [float(p["step"]) for p in val_points if p.get("step") is not None]
+    walls = [float(p["wall_s"]) for p in val_points if p.get("step") is not None]
+    frames = []
+    for path in sorted(run_dir.glob("logs/*/metrics.csv")):
+        try:
+            frame = pd.read_csv(path)
+        except (OSError, ValueError, pd.errors.ParserError):
+            continue
+        if {"step", "train/acc"} <= set(frame.columns):
+            frames.append(frame[["step", "train/acc"]].dropna())
+    if not frames or len(steps) < 2:
+        return []  # (and below: a run with fewer than two logged points would draw no line)
+    logged = pd.concat(frames).drop_duplicates("step", keep="last").sort_values("step")
+    # Lightning's CSV rows carry the step index (completed optimizer steps - 1: its validation rows
+    # read 499 where the record's curve says 500); count completed steps, like the record
+    logged = logged.assign(step=logged["step"] + 1)
+    logged = logged[(logged["step"] >= min(steps)) & (logged["step"] <= max(steps))]
+    accuracy = logged["train/acc"].rolling(20, min_periods=1).mean() * 100.0
+    if len(logged) < 2:
+        return []
+    wall = np.interp(logged["step"].to_numpy(float), steps, walls)
+    return list(zip(wall.tolist(), accuracy.tolist()))
+
+
+def training_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[str] | None = None,
+                    train: bool = False) -> list[PlotResult]:
+    """One figure per task: validation accuracy vs wall-clock time, one line per run; with ``train``
+    a second row of panels shows the training accuracy (memorisation shows as training accuracy
+    rising while validation stays flat)."""
+    points = curve_points(records, train=train)
+    if train and not (points["curve"] == "training").any():
+        print("lra plot curves --train: no run has two or more logged training-accuracy points within its "
+              "validation range (logs/*/metrics.csv); plotting validation only", file=sys.stderr)
     if tasks:
         points = points[points["task"].isin(list(tasks))]
     if points.empty:
@@ -306,17 +349,24 @@ def training_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[
         # runs of one attention under several presets (e.g. Path-X fine-tuned vs from scratch) differ by line style
         data["Preset"] = data["preset"].fillna("-").astype(str)
         several_presets = data["Preset"].nunique() > 1
+        two_rows = data["curve"].nunique() > 1
+        if two_rows:
+            data["curve"] = data["curve"].map({"validation": "validation", "training": "training (dropout on)"})
         setup_style()
         grid = sns.relplot(
             data=data, x="wall", y="val_acc", hue="Attention", hue_order=_hue_order(data["Attention"]),
             style="Preset" if several_presets else None,
             palette=attention_palette(data["Attention"]), units="run", estimator=None, kind="line",
-            col="seq_len" if len(lengths) > 1 else None, height=2.6, aspect=1.5 if len(lengths) <= 1 else 1.1,
-            alpha=0.85, linewidth=1.2)
-        grid.set_axis_labels(f"wall-clock training time ({unit})", "validation accuracy (%)")
-        if len(lengths) > 1:
+            col="seq_len" if len(lengths) > 1 else None, row="curve" if two_rows else None,
+            row_order=["validation", "training (dropout on)"] if two_rows else None,
+            height=2.6, aspect=1.5 if len(lengths) <= 1 else 1.1, alpha=0.85, linewidth=1.2)
+        grid.set_axis_labels(f"wall-clock training time ({unit})", "accuracy (%)" if two_rows else "validation accuracy (%)")
+        if two_rows:
+            grid.set_titles("N = {col_name}, {row_name}" if len(lengths) > 1 else "{row_name}")
+        elif len(lengths) > 1:
             grid.set_titles("N = {col_name}")
-        grid.figure.suptitle(f"{pub.task_label(task)}: validation accuracy vs time (one line per run)", y=1.03)
+        what = "accuracy" if two_rows else "validation accuracy"
+        grid.figure.suptitle(f"{pub.task_label(task)}: {what} vs time (one line per run)", y=1.03)
         result = PlotResult(f"curves_{slug(task)}")
         result.files = save(grid.figure, out_dir, result.name)
         results.append(result)

@@ -10,7 +10,8 @@ PLOTS = {
     "accuracy": "test accuracy vs training throughput per task, bubble = peak memory (run records)",
     "efficiency": "throughput and peak memory vs sequence length per attention (--bench CSVs, run records)",
     "kernels": "kernel TFLOP/s vs sequence length per implementation (--kernels CSVs)",
-    "curves": "validation accuracy vs wall-clock time per attention, one figure per task (run records)",
+    "curves": "validation accuracy vs wall-clock time per attention, one figure per task (run records; "
+              "--train adds the logged training accuracy)",
 }
 
 
@@ -28,6 +29,9 @@ def add_parser(sub) -> None:
                         help="CSV written by `lra bench kernels` (repeatable)")
     parser.add_argument("--baseline", default="softmax", metavar="ATTENTION",
                         help="attention speedups are relative to (default: softmax)")
+    parser.add_argument("--train", action="store_true",
+                        help="curves: also the training accuracy each run logged (logs/*/metrics.csv), in a "
+                             "second row of panels")
     add_filter_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -55,7 +59,7 @@ def run(args) -> int:
     if "kernels" in wanted:
         results.append(plot.kernel_tflops(kernels, args.out))
     if "curves" in wanted:
-        results.extend(plot.training_curves(records, args.out, tasks=args.task))
+        results.extend(plot.training_curves(records, args.out, tasks=args.task, train=args.train))
 
     written = 0
     for result in results:

@@ -135,3 +135,31 @@ def test_bad_inputs(tmp_path):
         run_cli("kernels", "--kernels", bench, "--out", tmp_path)
     with pytest.raises(ValueError, match="unknown plot 'pie'"):
         run_cli("pie", "--out", tmp_path)
+
+
+def test_training_accuracy_curves_from_the_runs_metrics(tmp_path):
+    """`--train`: the logged training accuracy (all logger versions), placed on the wall clock by the
+    validation points' (step, wall_s), in a second row of panels; runs without metrics keep theirs."""
+    from lra.records import load_records
+
+    root = write_runs(tmp_path / "runs")
+    run = root / "pathfinder32" / "flash" / "s0"  # validation at steps 50..200, wall 80..320 s
+    (run / "logs" / "version_0").mkdir(parents=True)
+    (run / "logs" / "version_1").mkdir(parents=True)  # a resumed run logs into a new version
+    # Lightning's CSV step is the completed-step count - 1 (a row at 49 is step 50 of the record's curve)
+    pd.DataFrame({"step": [39, 49, 99, 124], "train/acc": [0.1, 0.5, 0.7, None],
+                  "val/acc": [None, None, None, 0.6]}).to_csv(run / "logs" / "version_0" / "metrics.csv", index=False)
+    pd.DataFrame({"step": [149, 249], "train/acc": [0.9, 1.0]}).to_csv(run / "logs" / "version_1" / "metrics.csv",
+                                                                      index=False)
+    records = load_records(root)
+    points = plot.curve_points(records, train=True)
+    train = points[points["curve"] == "training"].sort_values("wall_s")
+    assert set(train["run"]) == {str(run / "result.json")}  # the only run with metrics
+    # steps 50, 100, 150 lie within the validation range (40 and 250 do not); wall = 1.6 s per step
+    assert train["wall_s"].tolist() == pytest.approx([80.0, 160.0, 240.0])
+    assert train["val_acc"].tolist() == pytest.approx([50.0, 60.0, 70.0])  # rolling means of 0.5, 0.7, 0.9
+    assert len(points[points["curve"] == "validation"]) == len(plot.curve_points(records))
+    results = plot.training_curves(records, tmp_path / "out", tasks=["pathfinder32"], train=True)
+    assert [r.name for r in results] == ["curves_pathfinder32"]
+    png = tmp_path / "out" / "curves_pathfinder32.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000
