@@ -86,9 +86,6 @@ class DataConfig:
     difficulty: Optional[str] = None
 
 
-DIFFICULTIES = ("easy", "intermediate", "hard")  # tasks.pathfinder_gen.DIFFICULTIES, without importing tasks
-
-
 @dataclass
 class TrainConfig:
     """The Lightning Trainer: steps, evaluation cadence, precision, compilation, devices."""
@@ -131,16 +128,7 @@ class RunConfig:
     # ---- identity -------------------------------------------------------------------------------
     def identity(self) -> dict:
         """The settings that change what a run computes (paths, workers and the like excluded)."""
-        out = self.to_dict()
-        for key in ("runs_dir", "task", "attention", "preset", "seed"):
-            out.pop(key)
-        for key in ("data_dir", "num_workers", "seq_len"):
-            out["data"].pop(key)
-        if out["data"]["difficulty"] is None:  # the default: ids of runs made before the key existed stay
-            out["data"].pop("difficulty")
-        for key in ("compile", "throughput_warmup_steps"):  # speed and how it is measured, not results
-            out["train"].pop(key)
-        return out
+        return identity_of(self.to_dict())
 
     def options_hash(self) -> str:
         text = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), default=str)
@@ -174,6 +162,24 @@ class RunConfig:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def identity_of(config: dict) -> dict:
+    """`RunConfig.identity` of a config as a plain dict (`RunConfig.to_dict`, or a run record's
+    `config`, which may predate some keys): a copy without the keys that do not change what a run
+    computes — where files live, workers, the run's name and seed, the sequence length (in the run
+    id), and speed settings."""
+    out = {key: (dict(value) if isinstance(value, dict) else value) for key, value in config.items()}
+    for key in ("runs_dir", "task", "attention", "preset", "seed"):
+        out.pop(key, None)
+    data, train = out.get("data") or {}, out.get("train") or {}
+    for key in ("data_dir", "num_workers", "seq_len"):
+        data.pop(key, None)
+    if data.get("difficulty", None) is None:  # the default: ids of runs made before the key existed stay
+        data.pop("difficulty", None)
+    for key in ("compile", "throughput_warmup_steps"):  # speed and how it is measured, not results
+        train.pop(key, None)
+    return out
 
 
 class RunLocation:
@@ -456,6 +462,8 @@ def validate(config: RunConfig) -> None:
     if d.difficulty is not None:
         if not config.task.startswith("path"):
             raise ValueError(f"data.difficulty applies to the Pathfinder tasks only, not {config.task}")
+        from tasks.pathfinder_gen import DIFFICULTIES  # light: numpy only
+
         if d.difficulty not in DIFFICULTIES:
             raise ValueError(f"data.difficulty must be one of {', '.join(DIFFICULTIES)} (contour length 6, 9, 14) "
                              f"or none, got {d.difficulty!r}")

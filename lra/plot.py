@@ -311,15 +311,15 @@ def _training_accuracy(run_dir: Path, val_points: list[dict]) -> list[tuple[floa
         if {"step", "train/acc"} <= set(frame.columns):
             frames.append(frame[["step", "train/acc"]].dropna())
     if not frames or len(steps) < 2:
-        return []  # (and below: a run with fewer than two logged points would draw no line)
+        return []
     logged = pd.concat(frames).drop_duplicates("step", keep="last").sort_values("step")
     # Lightning's CSV rows carry the step index (completed optimizer steps - 1: its validation rows
     # read 499 where the record's curve says 500); count completed steps, like the record
     logged = logged.assign(step=logged["step"] + 1)
     logged = logged[(logged["step"] >= min(steps)) & (logged["step"] <= max(steps))]
-    accuracy = logged["train/acc"].rolling(20, min_periods=1).mean() * 100.0
-    if len(logged) < 2:
+    if len(logged) < 2:  # one point draws no line
         return []
+    accuracy = logged["train/acc"].rolling(20, min_periods=1).mean() * 100.0
     wall = np.interp(logged["step"].to_numpy(float), steps, walls)
     return list(zip(wall.tolist(), accuracy.tolist()))
 

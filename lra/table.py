@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from lra import published as pub
+from lra.config import identity_of
 
 FORMATS = ("markdown", "csv", "latex")
 NO_VALUE = "–"
@@ -132,19 +133,15 @@ def _variants(df: pd.DataFrame) -> pd.Series:
     return pd.Series({index: ", ".join(p) for index, p in parts.items()}, index=df.index, dtype=object)
 
 
-# Config keys that do not change what a run computes (lra.config.RunConfig.identity drops the same).
-_NOT_IDENTITY = ("runs_dir", "task", "attention", "preset", "seed", "attention_options", "data.data_dir",
-                 "data.num_workers", "data.seq_len", "train.compile", "train.throughput_warmup_steps")
-
-
 def _config_settings(config) -> dict | None:
-    """A record's config flattened to {"optim.lr": 0.001, ...} without the keys in _NOT_IDENTITY;
+    """A record's config flattened to {"optim.lr": 0.001, ...}: the settings that change what a run
+    computes (`lra.config.identity_of`) apart from the attention options (compared on their own);
     None for a record without one."""
     if not isinstance(config, dict):
         return None
-    flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
-    return {k: v for k, v in flat.items()
-            if not any(k == key or k.startswith(key + ".") for key in _NOT_IDENTITY)}
+    settings = identity_of(config)
+    settings.pop("attention_options", None)
+    return pd.json_normalize(settings, sep=".").iloc[0].to_dict() if settings else {}
 
 
 def _plain(value):
