@@ -94,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=int, default=2048, help="H * d (default 2048)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     parser.add_argument("--causal", action="store_true", help="causal attention everywhere (default: not causal)")
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="attention-probability dropout of the dense and block-sparse cells (ours, SDPA, "
+                             "softmax; FlexAttention has none: 'unsupported'); write such runs to their own --name")
     parser.add_argument("--sparse-layouts", type=_name_list(SPARSE_LAYOUTS + ("none",)), default=list(SPARSE_LAYOUTS),
                         help="block-sparse layouts ('none' skips the sparse part)")
     parser.add_argument("--sparse-seq-lens", type=_int_list, default=_int_list("1k,2k,4k,8k,16k,32k,64k"))
@@ -127,7 +130,7 @@ class Unsupported(Exception):
     """The implementation cannot run this cell (recorded as status 'unsupported')."""
 
 
-def _sdpa(backend_name: str, causal: bool):
+def _sdpa(backend_name: str, causal: bool, dropout: float = 0.0):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -136,12 +139,13 @@ def _sdpa(backend_name: str, causal: bool):
 
     def forward(q, k, v):
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
     return forward
 
 
-def _softmax(causal: bool):
+def _softmax(causal: bool, dropout: float = 0.0):
     import torch
+    import torch.nn.functional as F
 
     def forward(q, k, v):
         s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
@@ -149,7 +153,7 @@ def _softmax(causal: bool):
             n_q, n_k = s.shape[-2:]
             keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(n_k - n_q)
             s = s.masked_fill(~keep, float("-inf"))
-        return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+        return F.dropout(torch.softmax(s.float(), dim=-1).to(q.dtype), dropout) @ v
     return forward
 
 
@@ -321,7 +325,9 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
                      + (f"; {part['incomplete']}" if part.get("incomplete") else ""))
     s = meta.get("settings") or {}
     lines.append(f"- dtype {s.get('dtype')}, B*N = {s.get('tokens')} tokens, hidden {s.get('hidden')} (H = hidden/d), "
-                 f"causal={s.get('causal')}; medians of triton.testing.do_bench")
+                 f"causal={s.get('causal')}" + (f", attention dropout {s['dropout']} (kernel RNG: "
+                                                 f"{meta.get('dropout_rng') or 'default'})" if s.get("dropout") else "")
+                 + "; medians of triton.testing.do_bench")
     lines.append("")
     if df.empty:
         return "\n".join(lines + ["(no cells measured yet)", ""])
@@ -485,6 +491,7 @@ def run(args) -> int:
     meta["settings"] = {k: v for k, v in vars(args).items() if k != "func"}
     meta["settings"]["cuda"] = torch.version.cuda
     meta["settings"]["cudnn"] = torch.backends.cudnn.version()
+    meta["dropout_rng"] = os.environ.get(kernels.triton_attention.RNG_ENV) or None
     if args.tiles:
         meta["tiles_from"] = args.tiles
         for path in args.tiles.split(","):
@@ -497,6 +504,10 @@ def run(args) -> int:
     oom_from: dict[tuple, int] = {}  # (impl, pass, d, pattern) -> smallest N that ran out of memory
     flex = Flex(args.flex_dynamic) if {"flex"} & set(args.impls) or "flex_sparse" in args.sparse_impls else None
     cells_left = 0
+
+    def no_flex_dropout() -> None:
+        if args.dropout:
+            raise Unsupported("FlexAttention has no attention dropout")
 
     def out_of_time() -> bool:
         return args.time_budget is not None and time.perf_counter() - started > args.time_budget
@@ -540,13 +551,16 @@ def run(args) -> int:
             B = max(1, args.tokens // N)
             for impl in args.impls:
                 if impl == "ours":
-                    factory = lambda: (lambda q, k, v: kernels.flash_attention(q, k, v, causal=args.causal))  # noqa: E731
+                    factory = lambda: (lambda q, k, v: kernels.flash_attention(  # noqa: E731
+                        q, k, v, causal=args.causal, dropout_p=args.dropout))
                 elif impl.startswith("sdpa"):
-                    factory = lambda impl=impl: _sdpa(impl, args.causal)  # noqa: E731
+                    factory = lambda impl=impl: _sdpa(impl, args.causal, args.dropout)  # noqa: E731
                 elif impl == "flex":
-                    factory = lambda N=N: flex.forward(_causal_block_mask(N, "cuda") if args.causal else None)  # noqa: E731
+                    def factory(N=N):
+                        no_flex_dropout()
+                        return flex.forward(_causal_block_mask(N, "cuda") if args.causal else None)
                 else:
-                    factory = lambda: _softmax(args.causal)  # noqa: E731
+                    factory = lambda: _softmax(args.causal, args.dropout)  # noqa: E731
                 measure_cell(impl, factory, B, H, N, d, "dense", 1.0, 1.0)
 
     # 2. block-sparse
@@ -569,12 +583,14 @@ def run(args) -> int:
                     compiled = kernels.BlockSparseLayout.from_dense(layout, args.block_size)
                     measure_cell("ours_sparse", lambda compiled=compiled: (
                         lambda q, k, v: kernels.block_sparse_flash_attention(
-                            q, k, v, compiled, block_size=args.block_size, causal=args.causal)),
+                            q, k, v, compiled, block_size=args.block_size, causal=args.causal,
+                            dropout_p=args.dropout)),
                         B, H, N, d, name, density, density, note)
                 if "flex_sparse" in args.sparse_impls:
                     def flex_factory(layout=layout, N=N):
                         if args.causal:
                             raise Unsupported("flex_sparse with --causal is not wired (BlockMask has no causal mod)")
+                        no_flex_dropout()
                         return flex.forward(kernels.layouts.to_block_mask(layout, N, N, args.block_size))
                     measure_cell("flex_sparse", flex_factory, B, H, N, d, name, density, density, note)
 

@@ -75,11 +75,11 @@ def philox4x32(seed: int, c0, c1, c2, c3, rounds: int = 10):
 
 
 def dropout_keep_reference(seed: int, heads: int, rows: np.ndarray, cols: np.ndarray, b: int, h: int,
-                           dropout_p: float) -> np.ndarray:
+                           dropout_p: float, rounds: int = 10) -> np.ndarray:
     """The documented scheme: with w = Philox(seed, (j // 16, i, b*H+h, 0)), keep (i, j) of (b, h) iff
     byte j % 4 of word w[(j % 16) // 4] >= min(round(p * 256), 255)."""
     cols = np.asarray(cols)
-    words = philox4x32(seed, (cols // 16)[None, :], rows[:, None], np.uint32(b * heads + h), np.uint32(0))
+    words = philox4x32(seed, (cols // 16)[None, :], rows[:, None], np.uint32(b * heads + h), np.uint32(0), rounds)
     words = np.stack(np.broadcast_arrays(*words))  # (4, rows, cols)
     w = np.take_along_axis(words, np.broadcast_to((cols % 16) // 4, words.shape[1:])[None], axis=0)[0]
     octet = (w >> (np.uint32(8) * (cols % 4).astype(np.uint32))) & np.uint32(0xFF)

@@ -44,6 +44,21 @@ def test_markdown_and_summary_show_speedups_and_failures():
     assert "0.300" in md and "sparse/dense" in md
     summary = bench.summary_table(df)
     assert "xsdpa_flash" in summary and "1.5" in summary
+    assert "dropout" not in md
+    md = bench.render_markdown(df, {"device": "TestGPU", "settings": {"dtype": "bf16", "dropout": 0.1},
+                                    "dropout_rng": "rounds=7"})
+    assert "attention dropout 0.1 (kernel RNG: rounds=7)" in md
+
+
+def test_dropout_option_reaches_the_implementations():
+    args = _parser().parse_args(["--dropout", "0.1"])
+    assert args.dropout == 0.1 and _parser().parse_args([]).dropout == 0.0
+    import torch
+
+    q = k = v = torch.randn(1, 1, 64, 8)
+    torch.manual_seed(0)
+    dropped = bench._softmax(False, 0.5)(q, k, v)
+    assert not torch.allclose(dropped, bench._softmax(False)(q, k, v))
 
 
 def test_run_without_cuda_says_why(capsys):
