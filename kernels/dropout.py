@@ -3,7 +3,8 @@
 Scheme (implemented by ``triton_attention.dropout_keep``, the one Triton function that the
 forward, both backward passes and :func:`dropout_keep_mask` call): every call draws one 64-bit seed
 from torch's default generator for the device of q (``torch.manual_seed`` makes runs reproducible).
-With ``w = Philox4x32-10(key=seed, counter=(j // 16, i, b * H + h, 0))`` (four 32-bit words),
+With ``w = Philox4x32-7(key=seed, counter=(j // 16, i, b * H + h, 0))`` (four 32-bit words;
+7 rounds, or 10 with ``$LRA_DROPOUT_RNG=rounds=10``: see ``triton_attention.PHILOX_ROUNDS``),
 element ``(b, h, i, j)`` of the probability matrix is kept iff
 
     (w[(j % 16) // 4] >> (8 * (j % 4))) & 0xFF  >=  t,    t = min(round(dropout_p * 256), 255)

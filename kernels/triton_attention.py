@@ -26,7 +26,7 @@ natural-log log-sum-exp (float32, ``-inf`` for a row that sees no key). The back
 dK/dV in one pass over key tiles and dQ in another pass over query tiles: every output element is
 written by exactly one program, so the backward is deterministic and uses no atomics.
 
-Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-10 keyed by a 64-bit seed, with
+Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-7 keyed by a 64-bit seed, with
 the counter ``(key index // 16, query index, batch * heads + head, 0)``; its 128 output bits are
 sixteen bytes, one per key of the group of 16, so one Philox call serves 16 keys. Every
 (b, h, i, j) has its own (counter, byte) pair whatever the tile sizes, so the backward passes
@@ -51,41 +51,35 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)   (Python float
 LOG2E_C = tl.constexpr(1.4426950408889634)
 LN2_C = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2
 
-# How dropout_keep makes its random bytes (an experiment knob, read once at import: compiled kernels
-# bake these constexpr globals in). $LRA_DROPOUT_RNG = "rounds=R,expand=join|select" (either part
-# may be left out). rounds: Philox rounds, 10 (the default; Salmon et al. 2011 recommend 10) or 7
-# (the fewest that pass BigCrush in that paper's Table 2; flash-attn's CUDA Philox runs 7). Fewer
-# rounds give a different mask stream, so a run is reproducible only under the same setting.
-# expand: how the (rows, keys / 16) Philox words become one byte per key: "join" interleaves
-# them with tl.join + tl.reshape (the compiler moves the result to the score tile's layout through
-# shared memory); "select" broadcasts each word over its 16 keys and picks word and byte with
-# arithmetic (no shared-memory round trip, but each thread of a quad evaluates the Philox calls
-# of its keys itself). Both give the identical mask for the same rounds.
+# Philox rounds of the dropout random numbers: 7 by default, the fewest that pass BigCrush in
+# Salmon et al. 2011 (Table 2) and what flash-attn's CUDA Philox runs; measured on the H200 (d = 32,
+# dropout 0.1; results/kernels/dropout/) forward+backward is 5 % faster than with the 10 rounds
+# Salmon et al. recommend as a safety margin. $LRA_DROPOUT_RNG=rounds=10 restores those (the mask
+# stream of the kernels before 7 became the default), read once at import: compiled kernels bake
+# the constexpr global in. Masks are reproducible only under the same setting.
 RNG_ENV = "LRA_DROPOUT_RNG"
 
 
-def _parse_rng(text: str | None) -> tuple[int, str]:
-    rounds, expand = 10, "join"
+def _parse_rng(text: str | None) -> int:
+    """Philox rounds from a $LRA_DROPOUT_RNG value ("rounds=7" or "rounds=10"; empty: 7)."""
+    rounds = 7
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         key, _, value = part.partition("=")
         if key == "rounds" and value in ("7", "10"):
             rounds = int(value)
-        elif key == "expand" and value in ("join", "select"):
-            expand = value
         else:
-            raise ValueError(f"${RNG_ENV}={text!r}: expected 'rounds=7|10,expand=join|select', got {part!r}")
-    return rounds, expand
+            raise ValueError(f"${RNG_ENV}={text!r}: expected 'rounds=7' or 'rounds=10', got {part!r}")
+    return rounds
 
 
-def _rng_setting() -> tuple[int, str]:
+def _rng_setting() -> int:
     import os
 
     return _parse_rng(os.environ.get(RNG_ENV))
 
 
-PHILOX_ROUNDS_SETTING, DROPOUT_EXPAND_SETTING = _rng_setting()
+PHILOX_ROUNDS_SETTING = _rng_setting()  # plain int, for reports
 PHILOX_ROUNDS = tl.constexpr(PHILOX_ROUNDS_SETTING)
-DROPOUT_SELECT = tl.constexpr(DROPOUT_EXPAND_SETTING == "select")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,12 +143,12 @@ def dropout_keep(seed, bh, rows, start_n, threshold, BLOCK_M: tl.constexpr, BLOC
     """Dropout keep-mask (bool, (BLOCK_M, BLOCK_N)) of query rows ``rows`` x keys
     ``start_n + [0, BLOCK_N)`` of (batch * heads + head) ``bh``; ``start_n`` is a multiple of 16.
 
-    Philox-4x32 (Salmon et al., 2011; ``PHILOX_ROUNDS`` rounds, 10 by default) keyed by the 64-bit
+    Philox-4x32 (Salmon et al., 2011; ``PHILOX_ROUNDS`` rounds, 7 by default) keyed by the 64-bit
     ``seed``, one call per query row and group of 16 consecutive keys: counter ``(j // 16, i, bh,
     0)``; its four 32-bit output words are sixteen bytes, and key ``j`` takes byte ``j % 4`` (0 =
     lowest) of word ``(j % 16) // 4``. A key is kept iff its byte is ``>= threshold``
-    (``round(dropout_p * 256)``). The (BLOCK_M, BLOCK_N // 16) words become one byte per key
-    by ``tl.join`` + ``tl.reshape`` or, with ``DROPOUT_SELECT``, by broadcast and selection.
+    (``round(dropout_p * 256)``). The (BLOCK_M, BLOCK_N // 16) words are interleaved along the
+    key axis with ``tl.join`` + ``tl.reshape``.
     Every pass builds its mask with this one function (the dK/dV pass transposes the result), so
     all of them agree bit for bit.
     """
@@ -165,20 +159,15 @@ def dropout_keep(seed, bh, rows, start_n, threshold, BLOCK_M: tl.constexpr, BLOC
     c1 = zero + rows[:, None].to(tl.uint32)
     c2 = zero + bh.to(tl.uint32)
     r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, zero, n_rounds=PHILOX_ROUNDS)
-    if DROPOUT_SELECT:
-        # (rows, groups, 16): key 16g + s takes byte s % 4 of word s // 4, picked arithmetically
-        s = tl.arange(0, 16)[None, None, :]
-        word = tl.where(s < 8, tl.where(s < 4, r0[:, :, None], r1[:, :, None]),
-                        tl.where(s < 12, r2[:, :, None], r3[:, :, None]))
-        octets = tl.reshape((word >> (8 * (s % 4)).to(tl.uint32)) & 0xFF, (BLOCK_M, BLOCK_N))
-    else:
-        # key 16g + 4r + s takes byte s = 2c + e of word r = 2a + b. tl.join appends a trailing
-        # axis, so nest from the most significant index bit to the least: [m, g, a, b] = word
-        # 2a + b, then its 16-bit halves c, then their bytes e; the row-major reshape puts
-        # (g, a, b, c, e) at key 16g + 8a + 4b + 2c + e
-        words = tl.join(tl.join(r0, r2), tl.join(r1, r3))
-        halves = tl.join(words & 0xFFFF, words >> 16)
-        octets = tl.reshape(tl.join(halves & 0xFF, halves >> 8), (BLOCK_M, BLOCK_N))
+    # key 16g + 4r + s takes byte s = 2c + e of word r = 2a + b. tl.join appends a trailing axis, so
+    # nest from the most significant index bit to the least: [m, g, a, b] = word 2a + b, then its
+    # 16-bit halves c, then their bytes e; the row-major reshape puts (g, a, b, c, e) at key
+    # 16g + 8a + 4b + 2c + e. (Broadcasting each word over its 16 keys and selecting word and byte
+    # arithmetically avoids the shared-memory layout conversion this reshape costs, but makes each
+    # thread of a quad evaluate Philox for all its keys itself: 1.3-1.5x slower on the H200.)
+    words = tl.join(tl.join(r0, r2), tl.join(r1, r3))
+    halves = tl.join(words & 0xFFFF, words >> 16)
+    octets = tl.reshape(tl.join(halves & 0xFF, halves >> 8), (BLOCK_M, BLOCK_N))
     return octets.to(tl.int32) >= threshold
 
 

@@ -325,8 +325,8 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
                      + (f"; {part['incomplete']}" if part.get("incomplete") else ""))
     s = meta.get("settings") or {}
     lines.append(f"- dtype {s.get('dtype')}, B*N = {s.get('tokens')} tokens, hidden {s.get('hidden')} (H = hidden/d), "
-                 f"causal={s.get('causal')}" + (f", attention dropout {s['dropout']} (kernel RNG: "
-                                                 f"{meta.get('dropout_rng') or 'default'})" if s.get("dropout") else "")
+                 f"causal={s.get('causal')}" + (f", attention dropout {s['dropout']} (our kernels: Philox rounds "
+                                                 f"{meta.get('dropout_philox_rounds')})" if s.get("dropout") else "")
                  + "; medians of triton.testing.do_bench")
     lines.append("")
     if df.empty:
@@ -491,7 +491,8 @@ def run(args) -> int:
     meta["settings"] = {k: v for k, v in vars(args).items() if k != "func"}
     meta["settings"]["cuda"] = torch.version.cuda
     meta["settings"]["cudnn"] = torch.backends.cudnn.version()
-    meta["dropout_rng"] = os.environ.get(kernels.triton_attention.RNG_ENV) or None
+    meta["dropout_philox_rounds"] = kernels.triton_attention.PHILOX_ROUNDS_SETTING
+    meta["dropout_rng_env"] = os.environ.get(kernels.triton_attention.RNG_ENV) or None
     if args.tiles:
         meta["tiles_from"] = args.tiles
         for path in args.tiles.split(","):

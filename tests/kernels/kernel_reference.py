@@ -55,7 +55,7 @@ def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return diff if denom == 0 else diff / denom
 
 
-# --- Philox-4x32-10 in NumPy (Salmon et al., 2011), to check the kernels' dropout counters -----------
+# --- Philox-4x32 in NumPy (Salmon et al., 2011), to check the kernels' dropout counters --------------
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
 
@@ -75,8 +75,8 @@ def philox4x32(seed: int, c0, c1, c2, c3, rounds: int = 10):
 
 
 def dropout_keep_reference(seed: int, heads: int, rows: np.ndarray, cols: np.ndarray, b: int, h: int,
-                           dropout_p: float, rounds: int = 10) -> np.ndarray:
-    """The documented scheme: with w = Philox(seed, (j // 16, i, b*H+h, 0)), keep (i, j) of (b, h) iff
+                           dropout_p: float, rounds: int = 7) -> np.ndarray:
+    """The documented scheme: with w = Philox-4x32-<rounds>(seed, (j // 16, i, b*H+h, 0)), keep (i, j) of (b, h) iff
     byte j % 4 of word w[(j % 16) // 4] >= min(round(p * 256), 255)."""
     cols = np.asarray(cols)
     words = philox4x32(seed, (cols // 16)[None, :], rows[:, None], np.uint32(b * heads + h), np.uint32(0), rounds)

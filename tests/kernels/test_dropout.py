@@ -88,15 +88,13 @@ def test_keep_mask_follows_the_documented_philox_counters():
             assert np.array_equal(keep[b, h].cpu().numpy(), want)
 
 
-@pytest.mark.parametrize("rounds,select", [(10, True), (7, False), (7, True)])
-def test_every_rng_setting_follows_the_documented_scheme(monkeypatch, rounds, select):
-    """The $LRA_DROPOUT_RNG variants (set here as the module constants the setting becomes):
-    "select" builds the identical mask to "join"; 7 rounds is Philox-4x32-7 of the same counters;
-    and the kernels replay the mask of the setting in force."""
+@pytest.mark.parametrize("rounds", [7, 10])
+def test_each_philox_round_count_follows_the_documented_scheme(monkeypatch, rounds):
+    """$LRA_DROPOUT_RNG=rounds=R (set here as the module constant it becomes): the mask is
+    Philox-4x32-R of the documented counters, and the kernels replay the mask of the setting in force."""
     from kernels import triton_attention
 
     monkeypatch.setattr(triton_attention, "PHILOX_ROUNDS", rounds)
-    monkeypatch.setattr(triton_attention, "DROPOUT_SELECT", select)
     q, k, v = make_qkv(2, 3, 21, 37, 16, torch.float32, seed=15)
     seed = 0x0FED_CBA9_8765_4321
     keep = dropout_keep_mask(q, k, 0.3, seed=torch.tensor([seed]))
@@ -104,6 +102,8 @@ def test_every_rng_setting_follows_the_documented_scheme(monkeypatch, rounds, se
         for h in range(3):
             want = dropout_keep_reference(seed, 3, np.arange(21), np.arange(37), b, h, 0.3, rounds=rounds)
             assert np.array_equal(keep[b, h].cpu().numpy(), want)
+    other = dropout_keep_reference(seed, 3, np.arange(21), np.arange(37), 1, 2, 0.3, rounds=17 - rounds)
+    assert not np.array_equal(keep[1, 2].cpu().numpy(), other)
     torch.manual_seed(3)
     keep = dropout_keep_mask(q, k, 0.3)
     torch.manual_seed(3)
@@ -111,12 +111,11 @@ def test_every_rng_setting_follows_the_documented_scheme(monkeypatch, rounds, se
 
 
 def test_rng_setting_is_parsed_or_rejected():
-    from kernels.triton_attention import _parse_rng
+    from kernels.triton_attention import PHILOX_ROUNDS_SETTING, _parse_rng
 
-    assert _parse_rng(None) == (10, "join")
-    assert _parse_rng("rounds=7") == (7, "join")
-    assert _parse_rng(" expand=select , rounds=10") == (10, "select")
-    for bad in ("rounds=5", "expand=gather", "speed=fast"):
+    assert _parse_rng(None) == 7 and _parse_rng("") == 7 and PHILOX_ROUNDS_SETTING == 7
+    assert _parse_rng("rounds=10") == 10 and _parse_rng(" rounds=7 ") == 7
+    for bad in ("rounds=5", "expand=select", "speed=fast"):
         with pytest.raises(ValueError, match="LRA_DROPOUT_RNG"):
             _parse_rng(bad)
 
