@@ -24,7 +24,11 @@ natural-log log-sum-exp (float32, ``-inf`` for a row that sees no key). The back
 ``P = exp2(S * scale * log2(e) - LSE * log2(e))`` from it (the preprocess kernel stores
 ``LSE * log2(e)`` with ``-inf`` turned into ``+inf``, so such rows get ``P = 0``), and computes
 dK/dV in one pass over key tiles and dQ in another pass over query tiles: every output element is
-written by exactly one program, so the backward is deterministic and uses no atomics.
+written by exactly one program, so the backward is deterministic and uses no atomics. Opt-in
+(``FUSED_DQ``, chosen by ``$LRA_DROPOUT_BWD=fused`` for calls with dropout, see :mod:`kernels.ops`),
+the dK/dV pass also computes dQ, adding each (query tile, key tile) share into a float32 buffer
+with atomics, and the dQ pass is skipped: one pass, and one dropout-mask generation instead of two,
+at the price of a dQ whose last bits vary from run to run.
 
 Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-7 keyed by a 64-bit seed, with
 the counter ``(key index // 16, query index, batch * heads + head, 0)``; its 128 output bits are
@@ -113,6 +117,22 @@ def _store_tile(ptrs, x, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr,
             tl.store(ptrs, x, mask=offs_r[:, None] < n_rows)
         else:
             tl.store(ptrs, x, mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < head_dim))
+
+
+@triton.jit
+def _atomic_add_tile(ptrs, x, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr, EVEN_D: tl.constexpr):
+    """``ptrs += x`` (float32) with relaxed atomics; rows >= n_rows and columns >= head_dim skipped.
+    Relaxed ordering suffices: the sum is read only after the kernel has finished."""
+    if EVEN_R:
+        if EVEN_D:
+            tl.atomic_add(ptrs, x, sem="relaxed")
+        else:
+            tl.atomic_add(ptrs, x, mask=offs_d[None, :] < head_dim, sem="relaxed")
+    else:
+        if EVEN_D:
+            tl.atomic_add(ptrs, x, mask=offs_r[:, None] < n_rows, sem="relaxed")
+        else:
+            tl.atomic_add(ptrs, x, mask=(offs_r[:, None] < n_rows) & (offs_d[None, :] < head_dim), sem="relaxed")
 
 
 @triton.jit
@@ -413,9 +433,16 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, q_desc, 
                 drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                 SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, USE_TMA: tl.constexpr,
-                WARP_SPEC: tl.constexpr):
+                WARP_SPEC: tl.constexpr, dq_ptrs0, key_ok, sm_scale, FUSED_DQ: tl.constexpr,
+                MASK_KEYS: tl.constexpr):
     """dK/dV accumulation of one key tile over query tiles [lo, hi) (positions, or list entries);
-    ``USE_TMA``: Q and dO tiles come through the descriptors q_desc/do_desc of head (b32, h32)."""
+    ``USE_TMA``: Q and dO tiles come through the descriptors q_desc/do_desc of head (b32, h32).
+
+    ``FUSED_DQ``: also add each query tile's dQ share ``dS @ K * sm_scale`` into the float32
+    accumulator at ``dq_ptrs0`` (rows ``offs_m0`` of the head, row stride HEAD_DIM) with atomics;
+    ``MASK_KEYS``: first zero dS on the keys that ``key_ok`` rules out (ragged tail, padding): their
+    recomputed probabilities are not zero here (the dK/dV rows of those keys are discarded, but
+    their dQ share must be dropped)."""
     for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
         if SPARSE:
             start_m = tl.load(idx_base + it) * BLOCK_M
@@ -453,12 +480,18 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, q_desc, 
         dv = tl.dot(pT_used.to(do.dtype), do, dv, input_precision=DOT_PREC)
         dsT = pT * (dpT - delta[None, :])
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PREC)
+        if FUSED_DQ:
+            # the dQ pass's ds @ k of this (query tile, key tile) pair, scaled as that pass scales
+            if MASK_KEYS:
+                dsT = tl.where(key_ok[:, None], dsT, 0.0)
+            dq = tl.dot(tl.trans(dsT.to(k.dtype)), k, input_precision=DOT_PREC) * sm_scale
+            _atomic_add_tile(dq_ptrs0 + start_m * HEAD_DIM, dq, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
     return dk, dv
 
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, LSE2, DELTA, PAD, SEED, IDX, CNT, Q_DESC, K_DESC, V_DESC, DO_DESC,
+    Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, PAD, SEED, IDX, CNT, Q_DESC, K_DESC, V_DESC, DO_DESC,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -472,11 +505,17 @@ def flash_bwd_dkdv_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-    USE_TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False,
+    USE_TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False, FUSED_DQ: tl.constexpr = False,
 ):
     """``USE_TMA``: Q_DESC/K_DESC/V_DESC/DO_DESC are 4-D TMA descriptors of Q/K/V/dO with (1, 1,
     BLOCK_M (Q, dO) or BLOCK_N (K, V), BLOCK_D) blocks that load the K/V tiles and the loop's Q/dO
-    tiles; ``WARP_SPEC``: warp-specialise the unmasked loop."""
+    tiles; ``WARP_SPEC``: warp-specialise the unmasked loop.
+
+    ``FUSED_DQ`` (the opt-in one-pass backward, ``$LRA_DROPOUT_BWD=fused``): the loop also computes
+    dQ, adding every (query tile, key tile) share into ``DQ_ACC``, a zero-initialised contiguous
+    float32 (B, H, N_Q, HEAD_DIM) buffer, with ``tl.atomic_add`` (the dQ kernel is then not
+    launched); otherwise ``DQ_ACC`` is unused. The order of those float32 additions varies from run
+    to run, so dQ is not deterministic in its last bits; dK and dV are computed exactly as without."""
     # dense: natural order (causal key tiles are not reversed)
     pid_n, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
     b32 = pid_bh // H
@@ -505,6 +544,16 @@ def flash_bwd_dkdv_kernel(
         seed = 0
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    if FUSED_DQ:
+        dq_ptrs0 = DQ_ACC + pid_bh.to(tl.int64) * N_Q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
+        # the keys whose dS must stay out of dQ: past N_K, or padding
+        key_ok = offs_n < N_K
+        if HAS_PAD:
+            key_pad = tl.load(PAD + b64 * stride_pb + offs_n * stride_pn, mask=offs_n < N_K, other=1)
+            key_ok = key_ok & (key_pad == 0)
+    else:
+        dq_ptrs0 = DQ_ACC
+        key_ok = offs_n < N_K
 
     n_m_tiles = tl.cdiv(N_Q, BLOCK_M)
     if SPARSE:
@@ -530,13 +579,15 @@ def flash_bwd_dkdv_kernel(
                          lse2_base, delta_base, idx_base, full_lo, full_hi, start_n, offs_n, offs_m0, offs_d, N_Q,
                          HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                          BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, False, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
-                         USE_TMA, WARP_SPEC)
+                         USE_TMA, WARP_SPEC, dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
+                         FUSED_DQ and (HAS_PAD or not EVEN_N))
     if IS_CAUSAL or SPARSE:
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, Q_DESC, DO_DESC, b32, h32,
                              lse2_base, delta_base, idx_base, part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q,
                              HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                              BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
-                             USE_TMA, False)
+                             USE_TMA, False, dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
+                             FUSED_DQ and (HAS_PAD or not EVEN_N))
     dk = dk * sm_scale
     if HAS_PAD:
         # a padded key gets no probability from any query: its dK and dV are exactly zero
