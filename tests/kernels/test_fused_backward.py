@@ -1,0 +1,174 @@
+"""The opt-in fused dropout backward ($LRA_DROPOUT_BWD=fused): dQ from the dK/dV kernel by atomics.
+
+Each test forces the mode by setting the module global the launcher reads (``kernels.ops.DROPOUT_BWD``)
+and wraps the two backward kernels to check that the setting took effect: the dK/dV kernel is
+launched with ``FUSED_DQ=True`` and the dQ kernel is not launched. Small tiles make every call
+visit several key tiles per query tile, so dQ rows really are sums of several atomic additions.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from kernel_helpers import DEVICE, check_against_reference, make_qkv
+from kernel_reference import expand_layout, rel_err
+
+from kernels import block_sparse_flash_attention, dropout_keep_mask, flash_attention, ops
+from kernels import triton_attention as kern
+from kernels.tiles import PassTiles, Tiles, override
+
+# fwd, dK/dV, dQ tiles: 90 keys are 3 key tiles of the dK/dV pass (the last ragged), 70 queries 5 query tiles
+SMALL = Tiles(PassTiles(64, 64), PassTiles(16, 32), PassTiles(32, 32))
+
+
+class _Recorder:
+    """Stands in for a Triton kernel in the launcher: records the launches, then runs the kernel."""
+
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.calls.append(kwargs)
+            return self.kernel[grid](*args, **kwargs)
+        return run
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """{"dkdv": recorder, "dq": recorder} of the backward kernels."""
+    rec = {"dkdv": _Recorder(kern.flash_bwd_dkdv_kernel), "dq": _Recorder(kern.flash_bwd_dq_kernel)}
+    monkeypatch.setattr(kern, "flash_bwd_dkdv_kernel", rec["dkdv"])
+    monkeypatch.setattr(kern, "flash_bwd_dq_kernel", rec["dq"])
+    return rec
+
+
+def _assert_fused(launches, n_backward=1):
+    assert [c.get("FUSED_DQ", False) for c in launches["dkdv"].calls] == [True] * n_backward
+    assert launches["dq"].calls == []
+
+
+def _grads(fn, q, k, v, seed, grad_seed=1, **kwargs):
+    for x in (q, k, v):
+        x.grad = None
+    torch.manual_seed(seed)
+    out = fn(q, k, v, **kwargs)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(grad_seed)).to(q.device, q.dtype)
+    out.backward(grad)
+    return out.detach().clone(), q.grad.clone(), k.grad.clone(), v.grad.clone()
+
+
+@pytest.mark.parametrize("dtype,d,n_q,n_k,causal,padded", [
+    (torch.float32, 16, 70, 90, False, True),   # ragged N_q, N_k; padding
+    (torch.bfloat16, 32, 70, 90, True, False),  # causal, N_q < N_k
+    (torch.float32, 32, 90, 70, True, True),    # causal, N_q > N_k: the first rows see no key
+    (torch.bfloat16, 16, 64, 64, False, False),  # every side a multiple of its tile (no masks)
+    (torch.float32, 24, 48, 40, False, True),   # head dim padded to 32 (masked atomic columns)
+])
+def test_fused_matches_reference(monkeypatch, launches, dtype, d, n_q, n_k, causal, padded):
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+    q, k, v = make_qkv(2, 1, n_q, n_k, d, dtype, seed=31)
+    mask = None
+    if padded:
+        mask = torch.zeros(2, n_k, dtype=torch.bool, device=DEVICE)
+        mask[0, n_k - 7:] = True
+        mask[1, 3:20] = True
+    p = 0.3
+    torch.manual_seed(77)
+    keep = dropout_keep_mask(q, k, p)
+    torch.manual_seed(77)
+    with override(SMALL):
+        check_against_reference(flash_attention, q, k, v, dropout_p=p, causal=causal, key_padding_mask=mask,
+                                ref_kwargs=dict(keep=keep, dropout_p=p, causal=causal, key_padding_mask=mask))
+    _assert_fused(launches)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fully_padded_row_gives_zeros_without_nan(monkeypatch, launches, dtype):
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+    q, k, v = make_qkv(2, 1, 40, 50, 16, dtype, seed=32)
+    mask = torch.zeros(2, 50, dtype=torch.bool, device=DEVICE)
+    mask[1] = True  # batch 1: every key is padding
+    mask[0, 45:] = True
+    torch.manual_seed(5)
+    keep = dropout_keep_mask(q, k, 0.2)
+    torch.manual_seed(5)
+    with override(SMALL):
+        out = check_against_reference(flash_attention, q, k, v, dropout_p=0.2, key_padding_mask=mask,
+                                      ref_kwargs=dict(keep=keep, dropout_p=0.2, key_padding_mask=mask))
+    _assert_fused(launches)
+    for x in (out, q.grad, k.grad, v.grad):
+        assert torch.isfinite(x).all()
+        assert torch.all(x[1] == 0)
+    assert torch.all(k.grad[0, :, 45:] == 0) and torch.all(v.grad[0, :, 45:] == 0)
+
+
+@pytest.mark.parametrize("dtype,causal", [(torch.float32, True), (torch.bfloat16, False)])
+def test_fused_gradients_equal_split(monkeypatch, launches, dtype, causal):
+    """Same inputs and seed: dK/dV bit-identical (the same kernel arithmetic), dQ equal up to the
+    float32 summation order (and, for bfloat16, the final rounding of that sum)."""
+    q, k, v = make_qkv(1, 1, 70, 90, 32, dtype, seed=33)
+    mask = torch.zeros(1, 90, dtype=torch.bool, device=DEVICE)
+    mask[0, 85:] = True
+    kwargs = dict(dropout_p=0.1, causal=causal, key_padding_mask=mask)
+    with override(SMALL):
+        monkeypatch.setattr(ops, "DROPOUT_BWD", "split")
+        split = _grads(flash_attention, q, k, v, seed=8, **kwargs)
+        assert len(launches["dq"].calls) == 1 and "FUSED_DQ" not in launches["dkdv"].calls[0]
+        launches["dkdv"].calls.clear()
+        launches["dq"].calls.clear()
+        monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+        fused = _grads(flash_attention, q, k, v, seed=8, **kwargs)
+    _assert_fused(launches)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), split, fused):
+        if name == "dq":
+            assert rel_err(b, a) < (1e-6 if dtype == torch.float32 else 1e-2), name
+            assert torch.allclose(b.float(), a.float(), rtol=1e-5 if dtype == torch.float32 else 2e-2,
+                                  atol=1e-6 if dtype == torch.float32 else 1e-2), name
+        else:
+            assert torch.equal(a, b), name
+
+
+def test_block_sparse_fused(monkeypatch, launches):
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+    n, bs = 80, 32  # 3 blocks, the last ragged
+    layout = torch.tensor([[[True, False, True], [True, True, False], [False, True, True]],
+                           [[True, True, True], [False, False, False], [True, False, True]]], device=DEVICE)
+    q, k, v = make_qkv(1, 2, n, n, 16, torch.float32, seed=34)
+    torch.manual_seed(9)
+    keep = dropout_keep_mask(q, k, 0.25)
+    torch.manual_seed(9)
+    with override(Tiles(PassTiles(32, 16), PassTiles(16, 32), PassTiles(16, 16))):
+        check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs, dropout_p=0.25,
+                                causal=True, ref_kwargs=dict(keep=keep, dropout_p=0.25, causal=True,
+                                                             allowed=expand_layout(layout, bs, n, n)))
+    _assert_fused(launches)
+
+
+def test_without_dropout_the_split_backward_runs(monkeypatch, launches):
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+    q, k, v = make_qkv(1, 1, 20, 30, 16, torch.float32, seed=35)
+    check_against_reference(flash_attention, q, k, v)
+    assert len(launches["dq"].calls) == 1 and "FUSED_DQ" not in launches["dkdv"].calls[0]
+
+
+def test_dropout_bwd_setting_is_parsed_or_rejected():
+    from kernels.ops import DROPOUT_BWD_ENV, _parse_dropout_bwd
+
+    assert DROPOUT_BWD_ENV == "LRA_DROPOUT_BWD"
+    assert _parse_dropout_bwd(None) == "split" and _parse_dropout_bwd("") == "split"
+    assert _parse_dropout_bwd("split") == "split" and _parse_dropout_bwd(" fused ") == "fused"
+    assert ops.DROPOUT_BWD == _parse_dropout_bwd(os.environ.get("LRA_DROPOUT_BWD"))
+    for bad in ("Fused", "atomic", "split,fused"):
+        with pytest.raises(ValueError, match="LRA_DROPOUT_BWD"):
+            _parse_dropout_bwd(bad)
+
+
+def test_bad_dropout_bwd_setting_fails_at_import():
+    env = dict(os.environ, LRA_DROPOUT_BWD="fast", TRITON_INTERPRET="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = subprocess.run([sys.executable, "-c", "import kernels"], env=env, cwd=root, capture_output=True, text=True)
+    assert res.returncode != 0 and "ValueError" in res.stderr and "LRA_DROPOUT_BWD" in res.stderr
