@@ -37,7 +37,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
 
     A query row whose keys are all masked returns 0 and passes zero gradient (never NaN).
     Gradients flow to q, k and v; the backward recomputes the probabilities from the saved
-    log-sum-exp, is deterministic and uses no atomics. Works under ``torch.compile(fullgraph=True)``.
+    log-sum-exp, is deterministic and uses no atomics (unless ``$LRA_DROPOUT_BWD=fused`` opts in,
+    for calls with dropout, to a one-pass backward whose dQ is summed with atomics and so varies in
+    its last bits; see :mod:`kernels.ops`). Works under ``torch.compile(fullgraph=True)``.
     Raises ``ValueError``/``TypeError`` naming the problem for bad input, before any launch.
     """
     shape = check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
