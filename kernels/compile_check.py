@@ -34,10 +34,13 @@ def _variants(quick: bool):
     then, for 16-bit inputs, the same tiles with TMA loads (plain, ragged) and, with 4 warps (the
     only count Triton's Hopper warp specialiser takes), TMA plus warp specialisation (plain, and
     with ``quick=False`` ragged and causal, which the launcher compiles without specialisation:
-    :func:`kernels.ops.warp_spec_applies`)."""
+    :func:`kernels.ops.warp_spec_applies`). Flag sets with ``FUSED_DQ`` (the opt-in one-pass dropout
+    backward, ``$LRA_DROPOUT_BWD=fused``: dropout aligned, ragged everything-on, block-sparse; with
+    TMA for 16-bit inputs) apply to the dK/dV kernel only, with the tiles the launcher gives calls
+    with dropout (16-bit: the dropout table's entry where it has one)."""
     import dataclasses
 
-    from .tiles import _GPU_16BIT, _GPU_FP32, LOADS_POINTERS, LOADS_TMA, LOADS_TMA_WS
+    from .tiles import _GPU_16BIT, _GPU_16BIT_DROPOUT, _GPU_FP32, LOADS_POINTERS, LOADS_TMA, LOADS_TMA_WS
 
     even = dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=False, EVEN_M=True, EVEN_N=True, EVEN_D=True)
     flag_sets = [
@@ -46,9 +49,15 @@ def _variants(quick: bool):
         dict(even, SPARSE=True, HAS_PAD=True),
         dict(IS_CAUSAL=True, HAS_PAD=True, HAS_DROPOUT=True, SPARSE=False, EVEN_M=False, EVEN_N=False, EVEN_D=False),
     ]
+    fused_sets = [
+        dict(even, HAS_DROPOUT=True, FUSED_DQ=True),
+        dict(flag_sets[3], FUSED_DQ=True),
+        dict(even, SPARSE=True, HAS_PAD=True, HAS_DROPOUT=True, FUSED_DQ=True),
+    ]
     dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
     head_dims = [64] if quick else [16, 32, 64, 128]
-    tma_sets = [(LOADS_TMA, flag_sets[0]), (LOADS_TMA, flag_sets[3]), (LOADS_TMA_WS, flag_sets[0])]
+    tma_sets = [(LOADS_TMA, flag_sets[0]), (LOADS_TMA, flag_sets[3]), (LOADS_TMA_WS, flag_sets[0]),
+                (LOADS_TMA, fused_sets[0])]
     if not quick:
         tma_sets += [(LOADS_TMA_WS, flag_sets[3]), (LOADS_TMA_WS, dict(flag_sets[0], IS_CAUSAL=True))]
     if not quick:
@@ -64,12 +73,16 @@ def _variants(quick: bool):
                 if t.loads != LOADS_POINTERS:
                     yield kernel, "bf16", t.block_m, t.block_n, d, t.num_warps, t.num_stages, t.loads, flag_sets[0]
     for dtype, d in itertools.product(dtypes, head_dims):
-        runs = [(LOADS_POINTERS, flags) for flags in flag_sets] + (tma_sets if dtype != "fp32" else [])
+        runs = [(LOADS_POINTERS, flags) for flags in flag_sets + fused_sets] + (tma_sets if dtype != "fp32" else [])
         for loads, flags in runs:
             tiles = (_GPU_FP32 if dtype == "fp32" else _GPU_16BIT)[d]
+            if flags.get("FUSED_DQ") and dtype != "fp32":
+                tiles = _GPU_16BIT_DROPOUT.get(d, tiles)
             if flags["SPARSE"]:
                 tiles = tiles.clamped(128)
             for kernel, t in (("fwd", tiles.fwd), ("dkdv", tiles.dkdv), ("dq", tiles.dq)):
+                if flags.get("FUSED_DQ") and kernel != "dkdv":
+                    continue
                 warps = 4 if loads == LOADS_TMA_WS else t.num_warps
                 yield kernel, dtype, t.block_m, t.block_n, d, warps, t.num_stages, loads, flags
 
@@ -86,7 +99,7 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
         return f"tensordesc<{dtype}[1,1,{rows},{constexprs['BLOCK_D']}]>"
 
     pointer = {"Q": dtype, "K": dtype, "V": dtype, "O": dtype, "DO": dtype, "DQ": dtype, "DK": dtype, "DV": dtype,
-               "LSE": "fp32", "LSE2": "fp32", "DELTA": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
+               "LSE": "fp32", "LSE2": "fp32", "DQ_ACC": "fp32", "DELTA": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
                "IDX": "i32", "CNT": "i32", "OUT": "u8"}
     floats = {"qk_scale", "sm_scale", "drop_scale"}
     sig = {}
@@ -168,6 +181,8 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
                                dropout=flags["HAS_DROPOUT"], sparse=flags["SPARSE"], even_n=flags["EVEN_N"])
         constexprs = dict(flags, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DOT_PREC="ieee" if dtype == "fp32" else None,
                           UPCAST=False, USE_TMA=mode != LOADS_POINTERS, WARP_SPEC=ws)
+        if kernel == "dkdv":
+            constexprs.setdefault("FUSED_DQ", False)  # a constexpr with a default: spelled out here
         sig = _signature(fn, dtype, constexprs)
         attrs = None
         if flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]:
