@@ -30,6 +30,8 @@ def test_triton_op_decomposes_into_the_kernel_launches():
         assert reports[case]["kernels"] == ["flash_fwd_kernel"] and reports[case]["undecomposed"] == [], reports[case]
     for case in ("dense_bwd_mask_dropout", "sparse_bwd"):
         assert reports[case]["kernels"] == backward and reports[case]["undecomposed"] == [], reports[case]
+    fused = reports["dense_bwd_mask_dropout_fused"]  # $LRA_DROPOUT_BWD=fused: no dQ kernel
+    assert fused["kernels"] == backward[:2] and fused["undecomposed"] == [], fused
 
 
 def test_compile_op_kind_is_chosen_once_and_overridable(monkeypatch):

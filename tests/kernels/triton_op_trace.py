@@ -84,6 +84,10 @@ def main() -> int:
     }
     for name, (fn, *args) in cases.items():
         print(json.dumps({"case": name, **trace(fn, *args)}), flush=True)
+    # the opt-in fused dropout backward ($LRA_DROPOUT_BWD=fused; read when the op body is traced)
+    ops.DROPOUT_BWD = "fused"
+    fn, *args = cases["dense_bwd_mask_dropout"]
+    print(json.dumps({"case": "dense_bwd_mask_dropout_fused", **trace(fn, *args)}), flush=True)
     return 0
 
 
