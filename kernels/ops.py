@@ -40,7 +40,8 @@ The backward under attention dropout has two forms, chosen once, at import, by
   order that varies from run to run, so **dQ is not deterministic in its last bits** (dK and dV
   stay bit-exact); the float32 sum is rounded once to the inputs' dtype at the end.
 
-Without dropout the split backward always runs (it beats cuDNN there). Block-sparse calls follow
+Without dropout, and whenever ``torch.use_deterministic_algorithms(True)`` is in force (Lightning's
+``deterministic=True``), the split backward runs. Block-sparse calls follow
 the same setting: the dK/dV pass visits exactly the (query tile, key tile) pairs the dQ pass
 would, through its transposed index lists.
 
@@ -338,7 +339,8 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     all_tiles = _tiles(tuple(tiles))
-    fused_dq = dropout_p > 0.0 and DROPOUT_BWD == "fused"
+    # torch.use_deterministic_algorithms(True) (Lightning's deterministic=True) keeps the split form
+    fused_dq = dropout_p > 0.0 and DROPOUT_BWD == "fused" and not torch.are_deterministic_algorithms_enabled()
     # fused: dQ's float32 sum, contiguous (B, H, N_q, d) as the kernel addresses it
     dq_acc = torch.zeros((B, H, n_q, d), dtype=torch.float32, device=q.device) if fused_dq else None
     dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)

@@ -46,6 +46,17 @@ def device_name() -> str:
     return f"cpu ({platform.processor() or platform.machine()})"
 
 
+# environment settings that change what our kernels compute or how fast (read at import by kernels/)
+KERNEL_ENV = ("LRA_KERNEL_TILES", "LRA_KERNELS_COMPILE_OP", "LRA_DROPOUT_RNG", "LRA_DROPOUT_BWD")
+
+
+def kernel_env() -> dict:
+    """The KERNEL_ENV variables that are set, by name."""
+    import os
+
+    return {name: os.environ[name] for name in KERNEL_ENV if os.environ.get(name)}
+
+
 def collect() -> dict:
     return {
         "command": " ".join(sys.argv),
@@ -53,4 +64,5 @@ def collect() -> dict:
         "versions": versions(),
         "git_rev": git_revision(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "kernel_env": kernel_env(),
     }

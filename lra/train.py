@@ -262,6 +262,7 @@ def _record(config: RunConfig, *, status: str, error: str | None, created: str, 
         "compile": runtime.compile,
         "versions": provenance.versions(),
         "git_rev": provenance.git_revision(),
+        "kernel_env": provenance.kernel_env(),
         "created": created,
         "config": config.to_dict(),
     }

@@ -492,7 +492,6 @@ def run(args) -> int:
     meta["settings"]["cuda"] = torch.version.cuda
     meta["settings"]["cudnn"] = torch.backends.cudnn.version()
     meta["dropout_philox_rounds"] = kernels.triton_attention.PHILOX_ROUNDS_SETTING
-    meta["dropout_rng_env"] = os.environ.get(kernels.triton_attention.RNG_ENV) or None
     if args.tiles:
         meta["tiles_from"] = args.tiles
         for path in args.tiles.split(","):

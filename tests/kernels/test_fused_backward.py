@@ -155,6 +155,18 @@ def test_without_dropout_the_split_backward_runs(monkeypatch, launches):
     assert len(launches["dq"].calls) == 1 and "FUSED_DQ" not in launches["dkdv"].calls[0]
 
 
+def test_deterministic_algorithms_keep_the_split_backward(monkeypatch, launches):
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+    q, k, v = make_qkv(1, 1, 20, 30, 16, torch.float32, seed=36)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        torch.manual_seed(4)
+        flash_attention(q, k, v, dropout_p=0.2).sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert len(launches["dq"].calls) == 1 and "FUSED_DQ" not in launches["dkdv"].calls[0]
+
+
 def test_dropout_bwd_setting_is_parsed_or_rejected():
     from kernels.ops import DROPOUT_BWD_ENV, _parse_dropout_bwd
 
