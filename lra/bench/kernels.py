@@ -71,6 +71,13 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text}: a dropout probability must be in [0, 1)")
+    return value
+
+
 def _name_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     def parse(text: str) -> list[str]:
         names = [n.strip() for n in text.split(",") if n.strip()]
@@ -94,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=int, default=2048, help="H * d (default 2048)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     parser.add_argument("--causal", action="store_true", help="causal attention everywhere (default: not causal)")
-    parser.add_argument("--dropout", type=float, default=0.0,
+    parser.add_argument("--dropout", type=_probability, default=0.0,
                         help="attention-probability dropout of the dense and block-sparse cells (ours, SDPA, "
                              "softmax; FlexAttention has none: 'unsupported'); write such runs to their own --name")
     parser.add_argument("--sparse-layouts", type=_name_list(SPARSE_LAYOUTS + ("none",)), default=list(SPARSE_LAYOUTS),

@@ -53,6 +53,9 @@ def test_markdown_and_summary_show_speedups_and_failures():
 def test_dropout_option_reaches_the_implementations():
     args = _parser().parse_args(["--dropout", "0.1"])
     assert args.dropout == 0.1 and _parser().parse_args([]).dropout == 0.0
+    for bad in ("1", "-0.1"):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["--dropout", bad])
     import torch
 
     q = k = v = torch.randn(1, 1, 64, 8)
