@@ -12,11 +12,18 @@ KB=(python3 -m lra bench kernels --sparse-layouts none --approx none --warmup 10
     --head-dims 32,64 --seq-lens 1k,4k,16k --passes fwd,bwd,fwd_bwd --dropout 0.1)
 MB=(python3 -m lra bench models --regimes paper small --modes eager compiled --seq-lens 1024 4096 16384)
 
-lane0() {
+# each_bwd WHAT CMD...: CMD under LRA_DROPOUT_BWD=split, then =fused; @MODE@ in CMD becomes the mode
+each_bwd() {
+  local what=$1 mode
+  shift
   for mode in split fused; do
-    say "kernels, dropout 0.1, backward $mode"
-    LRA_DROPOUT_BWD=$mode timeout -k 5 "$(left 5)" "${KB[@]}" --impls ours --name "kernels_drop_$mode"
+    say "$what, backward $mode"
+    LRA_DROPOUT_BWD=$mode timeout -k 5 "$(left 5)" "${@//@MODE@/$mode}"
   done
+}
+
+lane0() {
+  each_bwd "kernels, dropout 0.1" "${KB[@]}" --impls ours --name kernels_drop_@MODE@
   say "anchor: SDPA cuDNN with dropout 0.1"
   timeout -k 5 "$(left 5)" "${KB[@]}" --impls sdpa_cudnn --name kernels_drop_cudnn
   say "block-sparse vs our dense, d = 32, one report"
@@ -28,10 +35,7 @@ lane0() {
 }
 
 lane1() {
-  for mode in split fused; do
-    say "model, flash, backward $mode"
-    LRA_DROPOUT_BWD=$mode timeout -k 5 "$(left 5)" "${MB[@]}" --attentions flash --out "$WORK/models_flash_$mode.csv"
-  done
+  each_bwd "model, flash" "${MB[@]}" --attentions flash --out "$WORK/models_flash_@MODE@.csv"
   say "model, sdpa (cuDNN)"
   timeout -k 5 "$(left 5)" "${MB[@]}" --attentions sdpa --out "$WORK/models_sdpa.csv"
   say "lane 1 done"

@@ -1,23 +1,16 @@
 """scripts/pathfinder_cnn_check.py: draws the splits the data pipeline draws, trains, reports."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pathfinder_cnn_check.py"
-
 
 @pytest.fixture(scope="module")
-def check():
-    spec = importlib.util.spec_from_file_location("pathfinder_cnn_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def check(load_script):
+    return load_script("pathfinder_cnn_check")
 
 
 def test_images_are_the_generators(check):

@@ -1,22 +1,16 @@
 """scripts/pathfinder_fit_report.py: the table and figure from a probe call's files."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pathfinder_fit_report.py"
-
 
 @pytest.fixture(scope="module")
-def report():
-    spec = importlib.util.spec_from_file_location("pathfinder_fit_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def report(load_script):
+    return load_script("pathfinder_fit_report")
 
 
 def _probe(folder: Path, name: str, run_id: str, *, metrics: bool, batch=64, limit_train=1000, steps=50):
