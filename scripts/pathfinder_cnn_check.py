@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lra import provenance  # noqa: E402
 from tasks.pathfinder_gen import generate_into, params_for  # noqa: E402
 
 CHUNK = 500
@@ -99,6 +100,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="JSON file for the per-epoch accuracies")
     args = parser.parse_args(argv)
 
+    meta = provenance.collect()
+    print(f"{meta['command']} | {meta['device']} | torch {meta['versions'].get('torch')}, triton "
+          f"{meta['versions'].get('triton')} | {meta['date']} | git {meta['git_rev']}", flush=True)
     torch.manual_seed(args.train_seed)
     rng = np.random.default_rng(args.train_seed)
     params = params_for(args.size, args.difficulty)
@@ -129,7 +133,7 @@ def main(argv=None) -> int:
         print(f"epoch {row['epoch']}: train {row['train_acc']:.3f}  val {row['val_acc']:.3f}  "
               f"({row['seconds']:.0f} s)", flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "history": history}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"provenance": meta, "args": vars(args), "history": history}, indent=2) + "\n")
     return 0
 
 

@@ -505,7 +505,6 @@ def run(args) -> int:
             for line in kernels.tiles.load_tuning(path):
                 print(line, flush=True)
     meta["tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d).as_list() for d in (16, 32, 64, 128)}
-    meta["tiles_env"] = os.environ.get(kernels.tiles.TILES_ENV) or None
     report = Report(Path(args.out), args.name, meta, resume=args.resume)
     started = time.perf_counter()
     oom_from: dict[tuple, int] = {}  # (impl, pass, d, pattern) -> smallest N that ran out of memory

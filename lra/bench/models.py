@@ -464,7 +464,7 @@ def run(args) -> int:
     meta.update(benchmark="lra bench models", settings=settings, model=dataclasses.asdict(paper_model_config(args.attention_dropout)),
                 input={"vocab_size": VOCAB_SIZE, "num_classes": NUM_CLASSES, "padding": False},
                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if device.type == "cuda" else None,
-                bench_device=str(device), kernel_tiles_env=os.environ.get("LRA_KERNEL_TILES") or None)
+                bench_device=str(device))
     atomic_write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n")
 
     console = Console(stderr=True)

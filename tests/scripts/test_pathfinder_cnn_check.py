@@ -36,7 +36,9 @@ def test_a_tiny_run_reports_every_epoch(check, tmp_path, capsys):
     out = tmp_path / "cnn.json"
     assert check.main(["--difficulty", "easy", "--n-train", "64", "--n-val", "16", "--epochs", "2",
                        "--batch-size", "32", "--workers", "1", "--out", str(out)]) == 0
-    history = json.loads(out.read_text())["history"]
+    report = json.loads(out.read_text())
+    assert {"command", "device", "versions", "git_rev", "date"} <= set(report["provenance"])
+    history = report["history"]
     assert [h["epoch"] for h in history] == [1, 2]
     assert all(0 <= h["train_acc"] <= 1 and 0 <= h["val_acc"] <= 1 for h in history)
     assert "epoch 2: train" in capsys.readouterr().out
