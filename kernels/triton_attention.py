@@ -47,6 +47,8 @@ launcher falls back to pointers wherever TMA's alignment rules are not met.
 """
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -76,13 +78,7 @@ def _parse_rng(text: str | None) -> int:
     return rounds
 
 
-def _rng_setting() -> int:
-    import os
-
-    return _parse_rng(os.environ.get(RNG_ENV))
-
-
-PHILOX_ROUNDS_SETTING = _rng_setting()  # plain int, for reports
+PHILOX_ROUNDS_SETTING = _parse_rng(os.environ.get(RNG_ENV))  # plain int, for reports
 PHILOX_ROUNDS = tl.constexpr(PHILOX_ROUNDS_SETTING)
 
 
