@@ -56,16 +56,28 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW with a per-step learning-rate schedule: linear warm-up, then decay."""
+    """AdamW with a per-step learning-rate schedule: linear warm-up, then decay.
+
+    `schedule` (every one spans `train.max_steps` optimizer steps):
+      linear | cosine  warm-up from lr/warmup_steps to `lr` over `warmup_steps` steps, then linear or
+                       cosine decay to `min_lr_ratio * lr` at max_steps;
+      constant         the same warm-up, then `lr`;
+      onecycle         torch's OneCycleLR exactly as the Nystromformer LRA code (and so FlashAttention's
+                       LRA runs) uses it: pct_start = warmup_steps / max_steps, linear anneal, torch's
+                       defaults — lr rises linearly from lr/25 to `lr` at step warmup_steps - 1 (0-based),
+                       then falls linearly to lr/25/1e4 at the last step; AdamW's beta1 cycles
+                       0.95 -> 0.85 -> 0.95 alongside, so `beta1` and `min_lr_ratio` are not used.
+                       Needs 0 < warmup_steps < max_steps.
+    """
 
     lr: float = 1e-4
-    beta1: float = 0.9
+    beta1: float = 0.9               # ignored by schedule=onecycle, which cycles beta1 itself
     beta2: float = 0.999
     eps: float = 1e-6
     weight_decay: float = 0.0        # applied to weight matrices only (not biases, norms, embeddings)
     warmup_steps: int = 100
-    schedule: Literal["linear", "cosine", "constant"] = "linear"
-    min_lr_ratio: float = 0.0        # final lr as a fraction of `lr` (linear and cosine decay)
+    schedule: Literal["linear", "cosine", "constant", "onecycle"] = "linear"
+    min_lr_ratio: float = 0.0        # final lr as a fraction of `lr` (linear and cosine decay only)
     grad_clip: float = 1.0           # max global gradient norm; 0 disables clipping
     fused: Optional[bool] = None     # fused AdamW kernel; None = auto (on when training on CUDA)
 
@@ -477,6 +489,14 @@ def validate(config: RunConfig) -> None:
         raise ValueError(f"data.num_workers must be >= 0, got {d.num_workers}")
     if o.warmup_steps > t.max_steps:
         raise ValueError(f"optim.warmup_steps ({o.warmup_steps}) exceeds train.max_steps ({t.max_steps})")
+    if o.schedule == "onecycle":
+        if not 0 < o.warmup_steps < t.max_steps:
+            raise ValueError(f"optim.schedule=onecycle needs 0 < optim.warmup_steps < train.max_steps (its "
+                             f"warm-up is the fraction warmup_steps / max_steps of one cycle), got "
+                             f"warmup_steps={o.warmup_steps}, max_steps={t.max_steps}")
+        if o.min_lr_ratio != 0.0:
+            raise ValueError(f"optim.min_lr_ratio={o.min_lr_ratio} does not apply to optim.schedule=onecycle "
+                             "(its final lr is lr/25/1e4, as in torch's OneCycleLR); leave it at 0")
     if t.strategy.split("_find_unused")[0] in ("ddp_spawn", "ddp_fork", "ddp_notebook"):
         raise ValueError(f"train.strategy={t.strategy!r}: spawned/forked workers train in child processes "
                          "whose checkpoints and statistics never reach the run record; use "

@@ -36,8 +36,24 @@ def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str,
     elif schedule == "cosine":
         shape = 0.5 * (1.0 + math.cos(math.pi * progress))
     else:
-        raise ValueError(f"unknown lr schedule {schedule!r}; use linear, cosine or constant")
+        raise ValueError(f"unknown lr schedule {schedule!r}; use linear, cosine or constant "
+                         "(onecycle is torch's OneCycleLR, see `one_cycle`)")
     return min_lr_ratio + (1.0 - min_lr_ratio) * shape
+
+
+def one_cycle(optimizer: torch.optim.Optimizer, *, lr: float, warmup_steps: int,
+              total_steps: int) -> torch.optim.lr_scheduler.OneCycleLR:
+    """The scheduler of the Nystromformer LRA code (`LRA/code/run_tasks.py`), which FlashAttention's
+    LRA runs follow: torch's OneCycleLR with pct_start = warmup / num_train_steps, a linear anneal
+    and torch's defaults (spelled out here so that a change of default cannot move them).
+
+    lr: lr/25 at step 0, `lr` at step warmup_steps - 1, lr/25/1e4 at step total_steps - 1 (0-based
+    optimizer steps, linear in between); beta1 (AdamW) 0.95 -> 0.85 -> 0.95 over the same phases.
+    """
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=lr, total_steps=total_steps, pct_start=warmup_steps / total_steps,
+        anneal_strategy="linear", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
+        div_factor=25.0, final_div_factor=1e4, three_phase=False)
 
 
 def split_weight_decay(model: nn.Module) -> tuple[list, list]:
@@ -123,19 +139,27 @@ class LraModule(pl.LightningModule):
                       {"params": no_decay, "weight_decay": 0.0}]
         else:
             groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "weight_decay": 0.0}]
-        on_cuda = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+        trainer = self._trainer  # None when called outside a Trainer (the `trainer` property raises)
+        on_cuda = trainer is not None and trainer.strategy.root_device.type == "cuda"
         # A fused AdamW unscales fp16 gradients inside its step, too late for clipping: with a
         # loss scaler (16-mixed) and clipping it stays off unless asked for.
-        scaled = getattr(self.trainer.precision_plugin, "scaler", None) is not None if self.trainer else False
+        scaled = getattr(trainer.precision_plugin, "scaler", None) is not None if trainer is not None else False
         fused = (on_cuda and not (scaled and o.grad_clip > 0)) if o.fused is None else bool(o.fused)
         optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
                                       fused=fused or None)
         total = self.run_config.train.max_steps
+        if o.schedule == "onecycle":
+            scheduler = one_cycle(optimizer, lr=o.lr, warmup_steps=o.warmup_steps, total_steps=total)
+            # OneCycleLR raises when stepped past total_steps; Lightning steps it once per optimizer
+            # step, and the Trainer stops at its max_steps (train.max_steps, see lra.train).
+            if trainer is not None and not 0 < trainer.max_steps <= total:
+                raise ValueError(f"optim.schedule=onecycle spans {total} steps but the Trainer may run "
+                                 f"{trainer.max_steps} (-1: unlimited)")
+        else:
+            def factor(step: int) -> float:
+                return lr_factor(step, warmup_steps=o.warmup_steps, total_steps=total,
+                                 schedule=o.schedule, min_lr_ratio=o.min_lr_ratio)
 
-        def factor(step: int) -> float:
-            return lr_factor(step, warmup_steps=o.warmup_steps, total_steps=total,
-                             schedule=o.schedule, min_lr_ratio=o.min_lr_ratio)
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}

@@ -8,6 +8,8 @@ EPILOG = """\
 overrides are `section.key=value` pairs, e.g.
   model.dim=128 model.depth=4 optim.lr=3e-4 optim.schedule=cosine train.max_steps=2000
   train.batch_size=16 train.val_check_interval=100 data.limit_train=5000 attention.nb_features=64
+optim.schedule: linear | cosine | constant | onecycle (torch's OneCycleLR, as in the Nystromformer LRA
+  code; see OptimConfig in lra/config.py).
 attention options can also be given as --attention.<option> VALUE (see `lra info`).
 
 exit status: 0 completed, 1 the run failed or ran out of memory (its result.json says why),

@@ -93,6 +93,20 @@ def test_bad_overrides_name_the_problem(override, message):
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    (["optim.warmup_steps=0"], "optim.schedule=onecycle needs 0 < optim.warmup_steps < train.max_steps"),
+    (["train.max_steps=10", "optim.warmup_steps=10"], "got warmup_steps=10, max_steps=10"),
+    (["optim.min_lr_ratio=0.1"], "optim.min_lr_ratio=0.1 does not apply to optim.schedule=onecycle"),
+])
+def test_onecycle_rejects_a_degenerate_cycle(overrides, message):
+    with pytest.raises(ValueError) as err:
+        resolve("listops", "softmax", preset="smoke", overrides=["optim.schedule=onecycle", *overrides])
+    assert message in str(err.value)
+    # The paper presets' warm-up and length make a valid cycle.
+    c = resolve("listops", "softmax", overrides=["optim.schedule=onecycle"])
+    assert (c.optim.schedule, c.optim.warmup_steps, c.train.max_steps) == ("onecycle", 1000, 5000)
+
+
 def test_unknown_preset_attention_and_task():
     with pytest.raises(ValueError, match="has no preset 'fast'; available: paper, smoke"):
         resolve("listops", "softmax", preset="fast")

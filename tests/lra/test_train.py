@@ -15,7 +15,7 @@ import torch
 from lra.callbacks import TrainingStats
 from lra.cli import main
 from lra.config import resolve
-from lra.module import LraModule, lr_factor, split_weight_decay
+from lra.module import LraModule, lr_factor, one_cycle, split_weight_decay
 from lra.train import RunFailed, train
 
 # The schema of docs/interfaces.md, exactly.
@@ -253,6 +253,77 @@ def test_lr_schedule_warmup_then_decay():
     assert lr_factor(12, schedule="cosine", min_lr_ratio=0.1, **kw) == pytest.approx(0.1)
     assert lr_factor(100, schedule="constant", **kw) == 1.0
     assert lr_factor(0, schedule="linear", warmup_steps=0, total_steps=10) == 1.0
+
+
+def _onecycle_trace(optimizer, scheduler, steps: int) -> tuple[list, list]:
+    """(lr, beta1) that each of `steps` optimizer steps uses, stepping as Lightning does."""
+    lrs, beta1s = [], []
+    for _ in range(steps):
+        group = optimizer.param_groups[0]
+        lrs.append(group["lr"])
+        beta1s.append(group["betas"][0])
+        optimizer.step()
+        scheduler.step()
+    return lrs, beta1s
+
+
+def test_onecycle_is_the_nystromformer_schedule():
+    """torch's OneCycleLR, pct_start = warmup / total, linear anneal, default div factors and beta1."""
+    from lra.model import DataSpec
+
+    lr, warmup, total = 1e-3, 4, 12
+    config = resolve("listops", "softmax", preset="smoke",
+                     overrides=["optim.schedule=onecycle", f"optim.lr={lr}", f"optim.warmup_steps={warmup}",
+                                f"train.max_steps={total}", "optim.beta1=0.9", "optim.weight_decay=0.01"])
+    module = LraModule(config.to_dict(), DataSpec(16, 10, 32).to_dict())
+    opt = module.configure_optimizers()
+    optimizer, scheduler = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
+    assert isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR)
+    assert opt["lr_scheduler"]["interval"] == "step" and len(optimizer.param_groups) == 2
+    lrs, beta1s = _onecycle_trace(optimizer, scheduler, total)
+    low, floor = lr / 25, lr / 25 / 1e4
+    # Up linearly from lr/25 to lr in `warmup` steps (the peak at 0-based step warmup - 1) ...
+    assert lrs[:warmup] == pytest.approx([low + (lr - low) * k / (warmup - 1) for k in range(warmup)])
+    # ... then linearly down to lr/25/1e4 at the last step.
+    span = total - warmup
+    assert lrs[warmup - 1:] == pytest.approx([lr + (floor - lr) * k / span for k in range(span + 1)])
+    assert lrs[0] == pytest.approx(low) and max(lrs) == pytest.approx(lr) and lrs[-1] == pytest.approx(floor)
+    # beta1 (optim.beta1 is replaced) runs the other way: 0.95 -> 0.85 at the peak -> 0.95; beta2 stays.
+    assert beta1s[0] == pytest.approx(0.95) and beta1s[warmup - 1] == pytest.approx(0.85)
+    assert beta1s[-1] == pytest.approx(0.95)
+    assert beta1s[:warmup] == pytest.approx([0.95 - 0.1 * k / (warmup - 1) for k in range(warmup)])
+    assert all(g["betas"][1] == 0.999 for g in optimizer.param_groups)
+    assert all(g["lr"] == optimizer.param_groups[0]["lr"] for g in optimizer.param_groups)
+    # The run's total is exactly its optimizer steps: one more step would be an error.
+    with pytest.raises(ValueError, match="Tried to step"):
+        scheduler.step()
+
+
+class RecordLr(pl.Callback):
+    def __init__(self):
+        self.lrs, self.beta1s = [], []
+
+    def on_train_batch_start(self, trainer, *args):
+        group = trainer.optimizers[0].param_groups[0]
+        self.lrs.append(group["lr"])
+        self.beta1s.append(group["betas"][0])
+
+
+def test_onecycle_run_ends_at_its_last_step_and_resumes_its_schedule(tmp_path, data_dir):
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=[*FAST, "optim.schedule=onecycle", "optim.warmup_steps=3", "train.max_steps=8"])
+    before, after = RecordLr(), RecordLr()
+    with pytest.raises(RunFailed):
+        train(config, callbacks=[before, Crash(5, RuntimeError("power cut"))], progress_bar=False)
+    last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["lr_schedulers"][0]["total_steps"] == 8 and last["lr_schedulers"][0]["last_epoch"] == 5
+    rec = train(config, resume=True, callbacks=[after], progress_bar=False)
+    assert rec["status"] == "completed" and rec["steps"] == 8  # no step past the cycle's end
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config.optim.lr)
+    want_lrs, want_beta1s = _onecycle_trace(
+        optimizer, one_cycle(optimizer, lr=config.optim.lr, warmup_steps=3, total_steps=8), 8)
+    assert before.lrs + after.lrs == pytest.approx(want_lrs)
+    assert before.beta1s + after.beta1s == pytest.approx(want_beta1s)
 
 
 def test_weight_decay_only_on_linear_weights():
