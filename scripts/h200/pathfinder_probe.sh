@@ -11,7 +11,14 @@
 #          P4 hard images, batch 64, lr 5e-4
 # On a one-GPU machine all four share GPU 0.
 # SET=full instead: the LRA-size training split (N=200000 -> 160,000 images), batch 256, lr 1e-4 and 1e-3.
-# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [SET=probes|full] [N=...] [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
+# SET=controls (session 6; every earlier probe memorised, while a small CNN generalises on the easy
+# images: results/pathfinder/cnn/): eight runs on easy images, four per GPU, each changing one thing
+# of the paper setting (E1) — the attention back-end (E2 sdpa: is our kernel to blame?), sinusoidal
+# positions (E3), a CLS token (E4), the LRA repository's own Transformer config (E5:
+# lra_benchmarks/image/configs/pathfinder32 — 1 layer, dim 128, 4 heads x 16, MLP 128, dropout 0.2,
+# fixed sinusoidal positions, lr 1e-3, cosine decay), no dropout (E6), the Nystromformer code's exact
+# optimiser (E7: OneCycleLR, no gradient clipping), weight decay 0.1 (E8).
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [SET=probes|full|controls] [N=...] [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
 # CPU check of the commands (tiny data, a few steps, sdpa): DRY=1 OUT=/tmp/o KEEP=/tmp/k bash scripts/h200/pathfinder_probe.sh
 RECIPE=pathfinder_probe
 source "$(dirname "$0")/lib.sh"
@@ -30,6 +37,9 @@ say "data: Pathfinder-32, $N images per difficulty ($SET)"
 CORES=$(nproc)
 if [[ "$SET" == full ]]; then
   lra data generate pathfinder32 --n "$N" --out "$DATA" --workers "$CORES" > "$WORK/data_hard.log" 2>&1
+elif [[ "$SET" == controls ]]; then
+  lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers "$CORES" \
+      > "$WORK/data_easy.log" 2>&1
 else
   lra data generate pathfinder32 --n "$N" --out "$DATA" --workers $(( CORES / 2 )) > "$WORK/data_hard.log" 2>&1 &
   lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers $(( CORES / 2 - 1 )) \
@@ -57,6 +67,24 @@ if [[ "$SET" == full ]]; then
   # 81 % at chance validation): the full 160,000-image training split of the LRA data, N=200000
   lane0() { probe F1_hard_full_b256_lr1e-4 256 1e-4; }
   lane1() { probe F2_hard_full_b256_lr1e-3 256 1e-3; }
+elif [[ "$SET" == controls ]]; then
+  E=(data.difficulty=easy)
+  LRA_REPO=(model.depth=1 model.dim=128 model.num_heads=4 model.head_dim=16 model.mlp_dim=128
+            model.dropout=0.2 model.positional=sinusoidal optim.schedule=cosine)
+  lane0() {
+    probe E1_easy_paper 256 1e-4 "${E[@]}" &
+    ATTN=sdpa probe E2_easy_sdpa 256 1e-4 "${E[@]}" &
+    probe E3_easy_sinusoidal 256 1e-4 "${E[@]}" model.positional=sinusoidal &
+    probe E4_easy_cls 256 1e-4 "${E[@]}" model.pooling=cls &
+    wait
+  }
+  lane1() {
+    probe E5_easy_lra_repo 256 1e-3 "${E[@]}" "${LRA_REPO[@]}" &
+    probe E6_easy_no_dropout 256 1e-4 "${E[@]}" model.dropout=0 model.attention_dropout=0 &
+    probe E7_easy_onecycle_noclip 256 1e-4 "${E[@]}" optim.schedule=onecycle optim.grad_clip=0 &
+    probe E8_easy_wd0.1 256 1e-4 "${E[@]}" optim.weight_decay=0.1 &
+    wait
+  }
 else
   lane0() { probe P1_easy_b256_lr1e-4 256 1e-4 data.difficulty=easy & probe P2_hard_b64_lr1e-4 64 1e-4 & wait; }
   lane1() { probe P3_hard_b256_lr1e-3 256 1e-3 & probe P4_hard_b64_lr5e-4 64 5e-4 & wait; }
