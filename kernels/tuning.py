@@ -33,7 +33,10 @@ from .tiles import PassTiles, Tiles, override, padded_head_dim, select
 # 8 warps = two warpgroups, each running its own 64-row wgmma; 256-row forward tiles share every
 # K/V tile between two warpgroups (half the K/V traffic per FLOP)
 FWD = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 4, 3), (128, 128, 8, 3), (256, 64, 8, 3), (256, 128, 8, 2)]
-DKDV = [(32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 4, 3), (64, 128, 8, 3), (64, 64, 4, 3)]
+DKDV = [(32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 4, 3), (64, 128, 8, 3), (64, 64, 4, 3),
+        # smaller / wider-warp tiles for the one-pass dropout backward ($LRA_DROPOUT_BWD=fused), whose
+        # dK/dV kernel also holds a dQ tile and spills with the split tiles at d = 64 (compile_check)
+        (32, 64, 4, 3), (64, 64, 8, 3), (128, 64, 8, 3), (64, 128, 8, 2)]
 DQ = [(128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3)]
 FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 3)]
 DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)]
@@ -127,6 +130,7 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
         from . import ops
 
         entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p, "loads": loads,
+                 "dropout_bwd": ops.DROPOUT_BWD if dropout_p > 0.0 else None,
                  "tma_applies": ops.tma_applies(*shapes[0])}
         for n, (q, k, v) in zip(seq_lens, shapes):
             entry["sdpa"][n] = _sdpa_times(q, k, v, dropout_p)

@@ -96,6 +96,10 @@ class DataConfig:
     # None = the task's default, hard (the LRA benchmark's). Generated data, or the matching folder
     # of the official release (curv_baseline, curv_contour_length_9, curv_contour_length_14).
     difficulty: Optional[str] = None
+    # label-preserving training augmentation: none | dihedral (Pathfinder: the 8 rotations and
+    # mirrors) | hflip (Pathfinder, Image); every training image once per variant per epoch
+    # (tasks.base). Validation and test images are never augmented.
+    augment: str = "none"
 
 
 @dataclass
@@ -189,6 +193,8 @@ def identity_of(config: dict) -> dict:
         data.pop(key, None)
     if data.get("difficulty", None) is None:  # the default: ids of runs made before the key existed stay
         data.pop("difficulty", None)
+    if data.get("augment", "none") == "none":  # likewise
+        data.pop("augment", None)
     for key in ("compile", "throughput_warmup_steps"):  # speed and how it is measured, not results
         train.pop(key, None)
     return out
@@ -479,6 +485,13 @@ def validate(config: RunConfig) -> None:
         if d.difficulty not in DIFFICULTIES:
             raise ValueError(f"data.difficulty must be one of {', '.join(DIFFICULTIES)} (contour length 6, 9, 14) "
                              f"or none, got {d.difficulty!r}")
+    if d.augment != "none":
+        from tasks.registry import TASKS
+
+        admitted = TASKS[config.task].augmentations if config.task in TASKS else ()
+        if d.augment not in admitted:
+            raise ValueError(f"data.augment={d.augment!r} is not a label-preserving augmentation of "
+                             f"{config.task}; it admits: {', '.join(('none',) + tuple(admitted))}")
     if t.max_minutes is not None and not t.max_minutes > 0:
         raise ValueError(f"train.max_minutes must be > 0 (or none), got {t.max_minutes}")
     for key, value in {"data.seq_len": d.seq_len, "data.limit_train": d.limit_train,

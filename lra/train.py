@@ -125,7 +125,7 @@ def build_datamodule(config: RunConfig, runtime: Runtime):
     return tasks.build_datamodule(config.task, data_dir=d.data_dir, batch_size=config.train.batch_size,
                                   seq_len=d.seq_len, num_workers=runtime.num_workers, seed=config.seed,
                                   limit_train=d.limit_train, limit_eval=d.limit_eval, source=d.source,
-                                  difficulty=d.difficulty)
+                                  difficulty=d.difficulty, augment=d.augment)
 
 
 def check_attention(config: RunConfig, attn_len: int) -> None:

@@ -8,6 +8,13 @@ forms:
   * `PixelSplit`: a uint8 (N, H, W) array (usually memory-mapped) plus labels. Every pixel is a
     token (ids 0..255); pixel 0 is black, a real value, and is never padding.
 
+Training augmentation (pixel tasks whose label survives it, `TaskSpec.augmentations`): the
+training dataset lists every image once per variant — `dihedral`, the 8 rotations / reflections of
+a square image (Pathfinder: whether two markers share a contour is invariant under them), or
+`hflip`, the image and its mirror. Example i is variant i // M of image i % M (M images), so an
+epoch shows every image in every variant, in the run's shuffled order; no random state is involved,
+so a resumed run sees exactly the batches it would have seen.
+
 Batches are dicts: `input_ids` LongTensor (B, N) — (B, 2, N) for two-document tasks —,
 `padding_mask` bool of the same shape (True = padding), `label` LongTensor (B,). Token sequences
 are truncated to `max_len` and padded to exactly `max_len` (fixed shapes, as in the LRA code).
@@ -105,12 +112,44 @@ class TokenDataset(Dataset):
                 "label": torch.tensor(int(self.split.labels[i]), dtype=torch.long)}
 
 
-class PixelDataset(Dataset):
-    """uint8 images -> flattened pixel ids 0..255; the padding mask is all False."""
+AUGMENTATIONS = {"none": 1, "dihedral": 8, "hflip": 2}   # name -> variants per image
 
-    def __init__(self, split: PixelSplit, limit: int | None = None):
+
+def augment_image(image: np.ndarray, augment: str, variant: int) -> np.ndarray:
+    """Variant `variant` of an (H, W) image: `dihedral` 0..7 = rotation by 90 * (v % 4) degrees,
+    then a left-right mirror for v >= 4 (0 is the image itself); `hflip` 0..1 = itself, mirror."""
+    if augment not in AUGMENTATIONS:
+        raise ValueError(f"unknown augmentation {augment!r}; use one of {', '.join(AUGMENTATIONS)}")
+    if not 0 <= variant < AUGMENTATIONS[augment]:
+        raise ValueError(f"{augment} has variants 0..{AUGMENTATIONS[augment] - 1}, got {variant}")
+    if augment == "dihedral":
+        if image.shape[0] != image.shape[1]:
+            raise ValueError(f"dihedral augmentation needs square images, got {image.shape[0]}x{image.shape[1]}")
+        image = np.rot90(image, variant % 4)
+        return image[:, ::-1] if variant >= 4 else image
+    return image[:, ::-1] if variant == 1 else image
+
+
+def check_augment(spec, augment: str) -> None:
+    """A clear error unless `augment` is "none" or one of the task's label-preserving ones."""
+    if augment != "none" and augment not in spec.augmentations:
+        admitted = ", ".join(("none",) + tuple(spec.augmentations))
+        raise ValueError(f"augmentation {augment!r} is not label-preserving for {spec.name} (or unknown); "
+                         f"it admits: {admitted}")
+
+
+class PixelDataset(Dataset):
+    """uint8 images -> flattened pixel ids 0..255; the padding mask is all False.
+
+    `augment` (training only): every image once per variant of the augmentation (module docstring)."""
+
+    def __init__(self, split: PixelSplit, limit: int | None = None, augment: str = "none"):
+        if augment not in AUGMENTATIONS:
+            raise ValueError(f"unknown augmentation {augment!r}; use one of {', '.join(AUGMENTATIONS)}")
         self.split = split
-        self.size = len(split) if limit is None else min(len(split), int(limit))
+        self.images = len(split) if limit is None else min(len(split), int(limit))
+        self.augment = augment
+        self.size = self.images * AUGMENTATIONS[augment]
 
     def __len__(self) -> int:
         return self.size
@@ -133,8 +172,12 @@ class PixelDataset(Dataset):
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < self.size:
             raise IndexError(i)
+        variant, i = divmod(i, self.images)
         j = i if self.split.indices is None else int(self.split.indices[i])
-        pixels = np.asarray(self.split.images[j], dtype=np.int64).reshape(-1)
+        image = np.asarray(self.split.images[j])
+        if self.augment != "none":
+            image = augment_image(image, self.augment, variant)
+        pixels = np.ascontiguousarray(image, dtype=np.int64).reshape(-1)
         return {"input_ids": torch.from_numpy(pixels),
                 "padding_mask": torch.zeros(pixels.shape[0], dtype=torch.bool),
                 "label": torch.tensor(int(self.split.labels[i]), dtype=torch.long)}
@@ -177,8 +220,11 @@ class LraDataModule(pl.LightningDataModule):
     `dual`, `image_shape`; also `task`, `source` (a DataSource) and, after `setup`, `split_sizes`."""
 
     def __init__(self, spec, source: DataSource, *, batch_size: int, max_len: int, num_workers: int = 0,
-                 seed: int = 0, limit_train: int | None = None, limit_eval: int | None = None):
+                 seed: int = 0, limit_train: int | None = None, limit_eval: int | None = None,
+                 augment: str = "none"):
         super().__init__()
+        check_augment(spec, augment)
+        self.augment = augment
         self.spec = spec
         self.task = spec.name
         self.source = source
@@ -210,7 +256,7 @@ class LraDataModule(pl.LightningDataModule):
         data = self.source.load(split)
         limit = self.limits[split]
         if isinstance(data, PixelSplit):
-            return PixelDataset(data, limit=limit)
+            return PixelDataset(data, limit=limit, augment=self.augment if split == "train" else "none")
         return TokenDataset(data, self.max_len, self.token_offset, limit=limit)
 
     def dataset(self, split: str) -> Dataset:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from . import release
-from .base import DataSource, LraDataModule
+from .base import DataSource, LraDataModule, check_augment
 from .registry import SOURCES, TASKS, TaskSpec
 
 
@@ -59,7 +59,8 @@ def resolve_source(spec: TaskSpec, source: str, **ctx) -> DataSource:
 def build_datamodule(task: str, *, data_dir: str | os.PathLike | None = None, batch_size: int,
                      seq_len: int | None = None, num_workers: int = 0, seed: int = 0,
                      limit_train: int | None = None, limit_eval: int | None = None, source: str = "auto",
-                     difficulty: str | int | None = None, generator_workers: int | None = None) -> LraDataModule:
+                     difficulty: str | int | None = None, generator_workers: int | None = None,
+                     augment: str = "none") -> LraDataModule:
     """An LRA task's DataModule (see docs/interfaces.md).
 
     data_dir: where data is found / generated (default $LRA_DATA or ./data). seq_len: tokens per
@@ -67,7 +68,9 @@ def build_datamodule(task: str, *, data_dir: str | os.PathLike | None = None, ba
     the first K examples of train / of val and test (generators then make only that many).
     source: auto | official | generated | tfds | folder. difficulty: Pathfinder contour length
     ('easy' 6, 'intermediate' 9, 'hard' 14 = LRA's default). generator_workers: processes used by
-    the generators in prepare_data (default: all cores, at most 16 for ListOps)."""
+    the generators in prepare_data (default: all cores, at most 16 for ListOps). augment: a
+    label-preserving training augmentation the task admits (`TaskSpec.augmentations`: dihedral or
+    hflip for Pathfinder, hflip for Image), see tasks.base."""
     spec = get_spec(task)
     for name, value in (("batch_size", batch_size), ("num_workers", num_workers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "batch_size" else 0):
@@ -77,10 +80,11 @@ def build_datamodule(task: str, *, data_dir: str | os.PathLike | None = None, ba
             raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
     if difficulty is not None and not spec.name.startswith("path"):
         raise ValueError(f"difficulty applies to the Pathfinder tasks only, not {spec.name}")
+    check_augment(spec, augment)
     max_len = resolve_max_len(spec, seq_len)
     root = release.resolve_data_dir(data_dir)
     src = resolve_source(spec, source, data_dir=Path(root), max_len=max_len, seq_len=seq_len,
                          limit_train=limit_train, limit_eval=limit_eval, difficulty=difficulty,
                          workers=generator_workers)
     return LraDataModule(spec, src, batch_size=batch_size, max_len=max_len, num_workers=num_workers, seed=seed,
-                         limit_train=limit_train, limit_eval=limit_eval)
+                         limit_train=limit_train, limit_eval=limit_eval, augment=augment)

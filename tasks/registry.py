@@ -28,6 +28,8 @@ class TaskSpec:
     image_shape: tuple[int, int] | None = None
     token_offset: int = 0                         # added to stored tokens (1: keep 0 for padding)
     options: dict = field(default_factory=dict)   # module-specific settings
+    # label-preserving training augmentations it admits (tasks.base.AUGMENTATIONS; data.augment)
+    augmentations: tuple[str, ...] = ()
 
     @property
     def is_pixel(self) -> bool:
@@ -38,6 +40,7 @@ def _pathfinder(name: str, size: int, what: str) -> TaskSpec:
     return TaskSpec(name=name, description=f"{what}: are the two markers on one contour? ({size}x{size})",
                     num_classes=2, vocab_size=256, max_len=size * size, module="tasks.pathfinder",
                     sources=("official", "generated"), image_shape=(size, size),
+                    augmentations=("dihedral", "hflip"),
                     options={"size": size, "difficulty": "hard", "split_seed": 0, "generator_seed": 0,
                              "split_fractions": (0.8, 0.1, 0.1)})
 
@@ -55,7 +58,7 @@ TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
              dual=True, token_offset=1),
     TaskSpec(name="image", description="CIFAR-10 in grayscale, one token per pixel", num_classes=10,
              vocab_size=256, max_len=1024, module="tasks.image", sources=("folder", "tfds"),
-             image_shape=(32, 32), options={"val_fraction": 0.1}),
+             image_shape=(32, 32), augmentations=("hflip",), options={"val_fraction": 0.1}),
     _pathfinder("pathfinder32", 32, "Pathfinder"),
     _pathfinder("pathfinder64", 64, "Pathfinder"),
     _pathfinder("pathx", 128, "Path-X"),

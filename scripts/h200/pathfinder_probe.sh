@@ -18,7 +18,10 @@
 # lra_benchmarks/image/configs/pathfinder32 — 1 layer, dim 128, 4 heads x 16, MLP 128, dropout 0.2,
 # fixed sinusoidal positions, lr 1e-3, cosine decay), no dropout (E6), the Nystromformer code's exact
 # optimiser (E7: OneCycleLR, no gradient clipping), weight decay 0.1 (E8).
-# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [SET=probes|full|controls] [N=...] [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
+# SET=augment (session 6, after every control memorised too): does denying memorisation help? Two
+# runs of the paper setting on 200,000 easy training images (N=250000), one GPU: G1 with the
+# dihedral augmentation (data.augment=dihedral: every image in its 8 rotations / mirrors), G2 without.
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [SET=probes|full|controls|augment] [N=...] [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
 # CPU check of the commands (tiny data, a few steps, sdpa): DRY=1 OUT=/tmp/o KEEP=/tmp/k bash scripts/h200/pathfinder_probe.sh
 RECIPE=pathfinder_probe
 source "$(dirname "$0")/lib.sh"
@@ -37,7 +40,7 @@ say "data: Pathfinder-32, $N images per difficulty ($SET)"
 CORES=$(nproc)
 if [[ "$SET" == full ]]; then
   lra data generate pathfinder32 --n "$N" --out "$DATA" --workers "$CORES" > "$WORK/data_hard.log" 2>&1
-elif [[ "$SET" == controls ]]; then
+elif [[ "$SET" == controls || "$SET" == augment ]]; then
   lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers "$CORES" \
       > "$WORK/data_easy.log" 2>&1
 else
@@ -85,6 +88,9 @@ elif [[ "$SET" == controls ]]; then
     probe E8_easy_wd0.1 256 1e-4 "${E[@]}" optim.weight_decay=0.1 &
     wait
   }
+elif [[ "$SET" == augment ]]; then
+  lane0() { probe G1_easy_dihedral 256 1e-4 data.difficulty=easy data.augment=dihedral; }
+  lane1() { probe G2_easy_plain 256 1e-4 data.difficulty=easy; }
 else
   lane0() { probe P1_easy_b256_lr1e-4 256 1e-4 data.difficulty=easy & probe P2_hard_b64_lr1e-4 64 1e-4 & wait; }
   lane1() { probe P3_hard_b256_lr1e-3 256 1e-3 & probe P4_hard_b64_lr5e-4 64 5e-4 & wait; }
@@ -92,7 +98,7 @@ fi
 if (( NGPU >= 2 )); then
   run_lanes lane0 lane1
 else  # one GPU: all four side by side on it (sequential lanes would not fit the call)
-  (export CUDA_VISIBLE_DEVICES=0; lane0 > "$WORK/lane0.log" 2>&1 & lane1 > "$WORK/lane1.log" 2>&1 & wait)
+  (export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}; lane0 > "$WORK/lane0.log" 2>&1 & lane1 > "$WORK/lane1.log" 2>&1 & wait)
 fi
 
 for d in "$RUNS"/*/; do   # each probe's metrics (train loss/acc per logging step, val per evaluation)

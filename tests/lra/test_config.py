@@ -176,3 +176,16 @@ def test_preset_file_errors_name_the_file(tmp_path, monkeypatch):
     (tmp_path / "listops.yaml").write_text("paper: [1, 2\n")
     with pytest.raises(ValueError, match="invalid YAML"):
         load_preset("listops", "paper")
+
+
+def test_augment_is_data_config_validated_per_task_and_changes_ids_only_when_set():
+    plain = resolve("pathfinder32", "softmax", preset="smoke")
+    assert plain.data.augment == "none" and "augment" not in plain.identity()["data"]
+    assert resolve("pathfinder32", "softmax", preset="smoke", overrides=["data.augment=none"]).run_id() == plain.run_id()
+    dihedral = resolve("pathfinder32", "softmax", preset="smoke", overrides=["data.augment=dihedral"])
+    assert dihedral.data.augment == "dihedral" and dihedral.run_id() != plain.run_id()
+    with pytest.raises(ValueError, match="data.augment='dihedral' is not a label-preserving augmentation of "
+                                         "image; it admits: none, hflip"):
+        resolve("image", "softmax", preset="smoke", overrides=["data.augment=dihedral"])
+    with pytest.raises(ValueError, match="of listops; it admits: none$"):
+        resolve("listops", "softmax", preset="smoke", overrides=["data.augment=hflip"])
