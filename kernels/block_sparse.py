@@ -261,7 +261,8 @@ def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.head_dim)
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
-    tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0)
+    tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0,
+                   fused_bwd=ops.fused_dropout_backward(dropout_p))
     plans = _plans_for(compiled, shape.n_q, shape.n_k, causal, tiles)
     out, _lse = ops.attention(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale, tiles.as_list())
     return out

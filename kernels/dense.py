@@ -37,16 +37,18 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
 
     A query row whose keys are all masked returns 0 and passes zero gradient (never NaN).
     Gradients flow to q, k and v; the backward recomputes the probabilities from the saved
-    log-sum-exp, is deterministic and uses no atomics (unless ``$LRA_DROPOUT_BWD=fused`` opts in,
-    for calls with dropout, to a one-pass backward whose dQ is summed with atomics and so varies in
-    its last bits; see :mod:`kernels.ops`). Works under ``torch.compile(fullgraph=True)``.
+    log-sum-exp. Without dropout it is deterministic and uses no atomics; with dropout it runs in
+    one pass by default, its dQ summed with atomics and so varying in its last bits (faster: the
+    mask is generated once; ``$LRA_DROPOUT_BWD=split`` or ``torch.use_deterministic_algorithms(True)``
+    gives the deterministic two-pass form; see :mod:`kernels.ops`). Works under ``torch.compile(fullgraph=True)``.
     Raises ``ValueError``/``TypeError`` naming the problem for bad input, before any launch.
     """
     shape = check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.head_dim)
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
-    tiles = select(q.device, q.dtype, shape.head_dim, dropout=dropout_p > 0.0).as_list()
+    tiles = select(q.device, q.dtype, shape.head_dim, dropout=dropout_p > 0.0,
+                   fused_bwd=ops.fused_dropout_backward(dropout_p)).as_list()
     out, lse = ops.attention(q, k, v, key_padding_mask, seed, None, None, None, None, None, None,
                              causal, dropout_p, scale, tiles)
     return (out, lse) if return_lse else out

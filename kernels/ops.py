@@ -29,20 +29,23 @@ How torch.compile sees the ops is chosen once, at import (``COMPILE_OP``):
 The backward under attention dropout has two forms, chosen once, at import, by
 ``$LRA_DROPOUT_BWD`` (``DROPOUT_BWD``):
 
-- ``"split"`` (the default): the deterministic two-pass backward (dK/dV over query tiles, then dQ
-  over key tiles, no atomics). Each pass regenerates the dropout mask, so the Philox work and the
-  recomputation of the probabilities are paid twice.
-- ``"fused"`` (opt-in): one pass, FlashAttention-2 style. The dK/dV kernel also computes each
+- ``"fused"`` (the default): one pass, FlashAttention-2 style. The dK/dV kernel also computes each
   query tile's dQ share and adds it into a float32 buffer with ``tl.atomic_add``; the dQ kernel is
-  not launched, so the mask is generated once instead of twice (measured on the H200, d = 32,
-  N = 16K, dropout 0.1, the split backward is 41.7 ms against cuDNN's 31.1 ms, mostly from the
-  doubled mask and recompute work). The price: the atomics add dQ's float32 partial sums in an
-  order that varies from run to run, so **dQ is not deterministic in its last bits** (dK and dV
-  stay bit-exact); the float32 sum is rounded once to the inputs' dtype at the end.
+  not launched, so the mask is generated and the probabilities recomputed once instead of twice.
+  **Why atomics**: at the LRA head dims the dropout random numbers bound the backward, and the
+  split form pays them twice. On the H200 (session 6, results/kernels/dropout/, dropout 0.1,
+  bf16, 1K-16K), with its own tuned dK/dV tiles (``kernels.tiles``), the fused backward is
+  1.02-1.05x cuDNN at d = 32 (fwd+bwd 1.14-1.17x) where the split one is 0.78-0.82x, and the
+  `paper` model's training step becomes 1.01-1.11x faster than the same model on SDPA (cuDNN).
+  The price: the atomics add dQ's float32 partial sums in an order that varies from run to run,
+  so **dQ is not deterministic in its last bits** (dK and dV stay bit-exact); the float32 sum is
+  rounded once to the inputs' dtype at the end.
+- ``"split"``: the deterministic two-pass backward (dK/dV over query tiles, then dQ over key
+  tiles, no atomics). Each pass regenerates the dropout mask.
 
 Without dropout, and whenever ``torch.use_deterministic_algorithms(True)`` is in force (Lightning's
 ``deterministic=True``), the split backward runs. Block-sparse calls follow
-the same setting: the dK/dV pass visits exactly the (query tile, key tile) pairs the dQ pass
+the same setting (the fused form's speed on them is not measured yet): the dK/dV pass visits exactly the (query tile, key tile) pairs the dQ pass
 would, through its transposed index lists.
 
 Launch arguments that both directions must agree on travel as op arguments: ``tiles`` (15 ints,
@@ -69,17 +72,24 @@ DROPOUT_BWD_MODES = ("split", "fused")
 
 
 def _parse_dropout_bwd(text: Optional[str]) -> str:
-    """The backward form under dropout from a $LRA_DROPOUT_BWD value: "split" (also for unset or
-    empty) or "fused"; anything else raises ValueError."""
-    value = (text or "").strip() or "split"
+    """The backward form under dropout from a $LRA_DROPOUT_BWD value: "fused" (also for unset or
+    empty) or "split"; anything else raises ValueError."""
+    value = (text or "").strip() or "fused"
     if value not in DROPOUT_BWD_MODES:
-        raise ValueError(f"${DROPOUT_BWD_ENV}={text!r}: expected 'split' (default, deterministic) or 'fused' "
-                         "(one pass, atomic dQ)")
+        raise ValueError(f"${DROPOUT_BWD_ENV}={text!r}: expected 'fused' (default: one pass, atomic dQ) or "
+                         "'split' (two passes, deterministic)")
     return value
 
 
 # read once, at import; the launcher reads this module global at every backward call
 DROPOUT_BWD = _parse_dropout_bwd(os.environ.get(DROPOUT_BWD_ENV))
+
+
+def fused_dropout_backward(dropout_p: float) -> bool:
+    """Whether a call with ``dropout_p`` takes the one-pass backward (atomic dQ): dropout on,
+    ``DROPOUT_BWD == "fused"`` and torch's deterministic algorithms off. The launchers pick the
+    dK/dV tiles of that form (``kernels.tiles.select(fused_bwd=...)``) when the call is made."""
+    return dropout_p > 0.0 and DROPOUT_BWD == "fused" and not torch.are_deterministic_algorithms_enabled()
 
 
 def _device_guard(t: Tensor):
@@ -340,7 +350,7 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     n_k = k.shape[2]
     all_tiles = _tiles(tuple(tiles))
     # torch.use_deterministic_algorithms(True) (Lightning's deterministic=True) keeps the split form
-    fused_dq = dropout_p > 0.0 and DROPOUT_BWD == "fused" and not torch.are_deterministic_algorithms_enabled()
+    fused_dq = fused_dropout_backward(dropout_p)
     # fused: dQ's float32 sum, contiguous (B, H, N_q, d) as the kernel addresses it
     dq_acc = torch.zeros((B, H, n_q, d), dtype=torch.float32, device=q.device) if fused_dq else None
     dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)

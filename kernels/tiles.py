@@ -105,10 +105,22 @@ _GPU_FP32: dict[int, Tiles] = {
 }
 # 16-bit inputs with attention dropout: entries here replace _GPU_16BIT's (the Philox random numbers
 # raise register pressure, so the best tiles can differ); a head dim not listed uses _GPU_16BIT's.
-# Measured with `python -m kernels.tuning --head-dims 32,64 --dropout 0.1` (same run as above).
+# Measured with `python -m kernels.tuning --head-dims 32,64 --dropout 0.1` (same run as above); the
+# d = 32 dK/dV entry re-tuned in session 6 (`LRA_DROPOUT_BWD=split ... --passes dkdv,dq`:
+# (64, 64, 4, 3) 40.5 ms vs (32, 128, 4, 3) 41.7 ms at N = 16K; results/kernels/tuning/).
 _GPU_16BIT_DROPOUT: dict[int, Tiles] = {
-    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(128, 64, 4, 3)),
+    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(128, 64, 4, 3)),
     64: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
+}
+# The one-pass dropout backward (kernels.ops.fused_dropout_backward) runs its dK/dV kernel with a
+# dQ tile on top, so it has dK/dV tiles of its own: `LRA_DROPOUT_BWD=fused python -m kernels.tuning
+# --head-dims 32,64 --dropout 0.1 --passes dkdv` on the H200, session 6 (N = 4K, 16K: d = 32
+# (64, 64, 4, 3) 30.9 ms vs the split's (32, 128, 4, 3) 40.9 ms at 16K; d = 64 (64, 128, 8, 3) 24.2 ms
+# vs (64, 64, 4, 3) 25.5 ms). 16 reuses 32's.
+_GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
+    16: PassTiles(64, 64, 4, 3),
+    32: PassTiles(64, 64, 4, 3),
+    64: PassTiles(64, 128, 8, 3),
 }
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
 
@@ -127,8 +139,12 @@ def override(tiles: Tiles) -> Iterator[None]:
         _override.pop()
 
 
-def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dropout: bool = False) -> None:
-    """Replace one entry of the GPU table (16-bit inputs with dropout: ``dropout=True``)."""
+def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dropout: bool = False,
+                  fused_dkdv: PassTiles | None = None) -> None:
+    """Replace one entry of the GPU table (16-bit inputs with dropout: ``dropout=True``; with
+    ``fused_dkdv`` also the dK/dV tiles of the one-pass dropout backward)."""
+    if fused_dkdv is not None:
+        _GPU_16BIT_DROPOUT_FUSED_DKDV[int(head_dim_padded)] = fused_dkdv
     if fp32:
         _GPU_FP32[int(head_dim_padded)] = tiles
     else:
@@ -138,8 +154,10 @@ def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dro
 def load_tuning(path: str) -> list[str]:
     """Put the best tiles of a ``python -m kernels.tuning --out`` JSON into the GPU tables.
 
-    A file tuned with ``--dropout`` fills the dropout table. Passes the file did not tune keep the
-    table's entry. Returns one line per head dim, saying what changed."""
+    A file tuned with ``--dropout`` fills the dropout table; tuned under ``LRA_DROPOUT_BWD=fused``
+    (its entries' ``dropout_bwd``), its dK/dV tiles go to the one-pass backward's own table instead.
+    Passes the file did not tune keep the table's entry. Returns one line per head dim, saying what
+    changed."""
     import json
 
     with open(path) as f:
@@ -154,9 +172,13 @@ def load_tuning(path: str) -> list[str]:
         best = entry.get("best", {})
         dropout = float(entry.get("dropout", 0.0)) > 0.0
         base = (_GPU_16BIT_DROPOUT if dropout else {}).get(d_pad, _GPU_16BIT[d_pad])
-        tiles = Tiles(*(PassTiles(*best[k]) if k in best else getattr(base, k) for k in ("fwd", "dkdv", "dq")))
-        set_gpu_table(d_pad, tiles, dropout=dropout)
-        lines.append(f"d={d_pad}{' dropout' if dropout else ''}: {tiles.as_list()} (from {path})")
+        fused = dropout and entry.get("dropout_bwd") == "fused"
+        fused_dkdv = PassTiles(*best["dkdv"]) if fused and "dkdv" in best else None
+        tiles = Tiles(*(PassTiles(*best[k]) if k in best and not (fused and k == "dkdv") else getattr(base, k)
+                        for k in ("fwd", "dkdv", "dq")))
+        set_gpu_table(d_pad, tiles, dropout=dropout, fused_dkdv=fused_dkdv)
+        what = f"{tiles.as_list()}" + (f", one-pass dK/dV {list(dataclasses.astuple(fused_dkdv))}" if fused_dkdv else "")
+        lines.append(f"d={d_pad}{' dropout' if dropout else ''}: {what} (from {path})")
     return lines
 
 
@@ -171,9 +193,10 @@ def load_tuning_from_env() -> list[str]:
 
 
 def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: int | None = None, *,
-           dropout: bool = False) -> Tiles:
+           dropout: bool = False, fused_bwd: bool = False) -> Tiles:
     """Tiles for inputs of ``dtype`` with ``head_dim`` on ``device`` (block-sparse: ``block_size``;
-    ``dropout``: the call applies attention dropout)."""
+    ``dropout``: the call applies attention dropout; ``fused_bwd``: its backward is the one-pass
+    form, ``kernels.ops.fused_dropout_backward``)."""
     if _override:
         tiles = _override[-1]
     elif device.type == "cuda":
@@ -184,6 +207,8 @@ def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: 
             tiles = _GPU_16BIT_DROPOUT[d_pad]
         else:
             tiles = _GPU_16BIT[d_pad]
+        if dropout and fused_bwd and dtype != torch.float32 and d_pad in _GPU_16BIT_DROPOUT_FUSED_DKDV:
+            tiles = Tiles(tiles.fwd, _GPU_16BIT_DROPOUT_FUSED_DKDV[d_pad], tiles.dq)
     else:
         tiles = _CPU
     if block_size is not None:

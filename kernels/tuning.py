@@ -125,12 +125,14 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
          loads: str = "ptr", passes=("fwd", "dkdv", "dq")) -> dict:
     results = {}
     for d in head_dims:
-        base = select(torch.device("cuda"), dtype, d, dropout=dropout_p > 0.0)
-        shapes = [_inputs(n, d, tokens, hidden, dtype) for n in seq_lens]
         from . import ops
 
+        base = select(torch.device("cuda"), dtype, d, dropout=dropout_p > 0.0,
+                      fused_bwd=ops.fused_dropout_backward(dropout_p))
+        shapes = [_inputs(n, d, tokens, hidden, dtype) for n in seq_lens]
+
         entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p, "loads": loads,
-                 "dropout_bwd": ops.DROPOUT_BWD if dropout_p > 0.0 else None,
+                 "dropout_bwd": ("fused" if ops.fused_dropout_backward(dropout_p) else "split") if dropout_p > 0.0 else None,
                  "tma_applies": ops.tma_applies(*shapes[0])}
         for n, (q, k, v) in zip(seq_lens, shapes):
             entry["sdpa"][n] = _sdpa_times(q, k, v, dropout_p)

@@ -28,9 +28,9 @@ def test_triton_op_decomposes_into_the_kernel_launches():
     backward = ["flash_bwd_preprocess_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel"]
     for case in ("dense_fwd", "dense_fwd_mask_dropout_causal", "sparse_fwd"):
         assert reports[case]["kernels"] == ["flash_fwd_kernel"] and reports[case]["undecomposed"] == [], reports[case]
-    for case in ("dense_bwd_mask_dropout", "sparse_bwd"):
+    for case in ("dense_bwd_mask_dropout", "sparse_bwd"):  # under $LRA_DROPOUT_BWD=split
         assert reports[case]["kernels"] == backward and reports[case]["undecomposed"] == [], reports[case]
-    fused = reports["dense_bwd_mask_dropout_fused"]  # $LRA_DROPOUT_BWD=fused: no dQ kernel
+    fused = reports["dense_bwd_mask_dropout_fused"]  # $LRA_DROPOUT_BWD=fused (default): no dQ kernel
     assert fused["kernels"] == backward[:2] and fused["undecomposed"] == [], fused
 
 

@@ -1,4 +1,4 @@
-"""The opt-in fused dropout backward ($LRA_DROPOUT_BWD=fused): dQ from the dK/dV kernel by atomics.
+"""The one-pass dropout backward (the default, $LRA_DROPOUT_BWD=fused): dQ from the dK/dV kernel by atomics.
 
 Each test forces the mode by setting the module global the launcher reads (``kernels.ops.DROPOUT_BWD``)
 and wraps the two backward kernels to check that the setting took effect: the dK/dV kernel is
@@ -171,7 +171,7 @@ def test_dropout_bwd_setting_is_parsed_or_rejected():
     from kernels.ops import DROPOUT_BWD_ENV, _parse_dropout_bwd
 
     assert DROPOUT_BWD_ENV == "LRA_DROPOUT_BWD"
-    assert _parse_dropout_bwd(None) == "split" and _parse_dropout_bwd("") == "split"
+    assert _parse_dropout_bwd(None) == "fused" and _parse_dropout_bwd("") == "fused"
     assert _parse_dropout_bwd("split") == "split" and _parse_dropout_bwd(" fused ") == "fused"
     assert ops.DROPOUT_BWD == _parse_dropout_bwd(os.environ.get("LRA_DROPOUT_BWD"))
     for bad in ("Fused", "atomic", "split,fused"):
@@ -184,3 +184,32 @@ def test_bad_dropout_bwd_setting_fails_at_import():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     res = subprocess.run([sys.executable, "-c", "import kernels"], env=env, cwd=root, capture_output=True, text=True)
     assert res.returncode != 0 and "ValueError" in res.stderr and "LRA_DROPOUT_BWD" in res.stderr
+
+
+def test_launchers_choose_the_tiles_of_the_backward_form_that_runs(monkeypatch):
+    """flash_attention / block_sparse_flash_attention ask kernels.tiles.select for the one-pass form's
+    dK/dV tiles exactly when that form will run (dropout, fused setting, not deterministic)."""
+    from kernels import block_sparse, dense, tiles
+
+    asked = []
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("fused_bwd"))
+        return tiles.select(*args, **kwargs)
+
+    monkeypatch.setattr(dense, "select", spy)
+    monkeypatch.setattr(block_sparse, "select", spy)
+    q, k, v = make_qkv(1, 1, 20, 20, 16, torch.float32, seed=37)
+    layout = torch.ones(1, 1, dtype=torch.bool, device=DEVICE)
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+    flash_attention(q, k, v, dropout_p=0.1)
+    block_sparse_flash_attention(q, k, v, layout, block_size=32, dropout_p=0.1)
+    flash_attention(q, k, v)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        flash_attention(q, k, v, dropout_p=0.1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "split")
+    flash_attention(q, k, v, dropout_p=0.1)
+    assert asked == [True, True, False, False, False]

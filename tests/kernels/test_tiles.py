@@ -11,17 +11,20 @@ from kernels import tiles
 
 @pytest.fixture
 def restore_tables():
-    saved = dict(tiles._GPU_16BIT), dict(tiles._GPU_16BIT_DROPOUT)
+    tables = (tiles._GPU_16BIT, tiles._GPU_16BIT_DROPOUT, tiles._GPU_16BIT_DROPOUT_FUSED_DKDV)
+    saved = [dict(t) for t in tables]
     yield
-    tiles._GPU_16BIT.clear()
-    tiles._GPU_16BIT.update(saved[0])
-    tiles._GPU_16BIT_DROPOUT.clear()
-    tiles._GPU_16BIT_DROPOUT.update(saved[1])
+    for table, entries in zip(tables, saved):
+        table.clear()
+        table.update(entries)
 
 
-def _write(tmp_path, name, best, dropout=0.0, head_dim=64):
+def _write(tmp_path, name, best, dropout=0.0, head_dim=64, dropout_bwd=None):
     path = tmp_path / name
-    path.write_text(json.dumps({"device": "x", "results": {str(head_dim): {"best": best, "dropout": dropout}}}))
+    entry = {"best": best, "dropout": dropout}
+    if dropout_bwd is not None:
+        entry["dropout_bwd"] = dropout_bwd
+    path.write_text(json.dumps({"device": "x", "results": {str(head_dim): entry}}))
     return str(path)
 
 
@@ -50,6 +53,28 @@ def test_dropout_tuning_fills_its_own_table(tmp_path, restore_tables, monkeypatc
     assert tiles.select(cuda, torch.bfloat16, 64) == plain
     # block-sparse clamps the dropout tiles like the others
     assert tiles.select(cuda, torch.bfloat16, 64, 64, dropout=True).dkdv == tiles.PassTiles(32, 64, 8, 3)
+
+
+def test_the_one_pass_dropout_backward_has_its_own_dkdv_tiles(tmp_path, restore_tables):
+    cuda = torch.device("cuda")
+    split = tiles.select(cuda, torch.bfloat16, 64, dropout=True)
+    fused = tiles.select(cuda, torch.bfloat16, 64, dropout=True, fused_bwd=True)
+    assert fused.dkdv == tiles._GPU_16BIT_DROPOUT_FUSED_DKDV[64] != split.dkdv
+    assert (fused.fwd, fused.dq) == (split.fwd, split.dq)
+    # only with dropout, 16-bit inputs, on the GPU
+    assert tiles.select(cuda, torch.bfloat16, 64, fused_bwd=True) == tiles.select(cuda, torch.bfloat16, 64)
+    assert tiles.select(cuda, torch.float32, 64, dropout=True, fused_bwd=True) == \
+        tiles.select(cuda, torch.float32, 64, dropout=True)
+    assert tiles.select(torch.device("cpu"), torch.bfloat16, 64, dropout=True, fused_bwd=True) == tiles._CPU
+    # a tuning JSON made under LRA_DROPOUT_BWD=fused sets the one-pass dK/dV tiles, not the split's
+    lines = tiles.load_tuning(_write(tmp_path, "fused.json", {"dkdv": [32, 64, 4, 3]}, dropout=0.1,
+                                     dropout_bwd="fused"))
+    assert "one-pass dK/dV [32, 64, 4, 3, 0]" in lines[0]
+    assert tiles.select(cuda, torch.bfloat16, 64, dropout=True, fused_bwd=True).dkdv == tiles.PassTiles(32, 64, 4, 3)
+    assert tiles.select(cuda, torch.bfloat16, 64, dropout=True) == split
+    tiles.load_tuning(_write(tmp_path, "split.json", {"dkdv": [64, 128, 8, 2]}, dropout=0.1, dropout_bwd="split"))
+    assert tiles.select(cuda, torch.bfloat16, 64, dropout=True).dkdv == tiles.PassTiles(64, 128, 8, 2)
+    assert tiles.select(cuda, torch.bfloat16, 64, dropout=True, fused_bwd=True).dkdv == tiles.PassTiles(32, 64, 4, 3)
 
 
 def test_a_file_that_is_not_a_tuning_json_is_a_clear_error(tmp_path):

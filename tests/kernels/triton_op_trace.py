@@ -82,9 +82,10 @@ def main() -> int:
                                                                    True, 0.0, 0.17, tiles), do, q, k, v, out, lse,
                        idx, cnt),
     }
+    ops.DROPOUT_BWD = "split"  # the two-pass backward first ($LRA_DROPOUT_BWD; read when the op body is traced)
     for name, (fn, *args) in cases.items():
         print(json.dumps({"case": name, **trace(fn, *args)}), flush=True)
-    # the opt-in fused dropout backward ($LRA_DROPOUT_BWD=fused; read when the op body is traced)
+    # the one-pass dropout backward (the default, $LRA_DROPOUT_BWD=fused)
     ops.DROPOUT_BWD = "fused"
     fn, *args = cases["dense_bwd_mask_dropout"]
     print(json.dumps({"case": "dense_bwd_mask_dropout_fused", **trace(fn, *args)}), flush=True)
