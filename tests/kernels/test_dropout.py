@@ -88,6 +88,8 @@ def test_keep_mask_follows_the_documented_philox_counters():
             assert np.array_equal(keep[b, h].cpu().numpy(), want)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="patches the module constant the kernels read; compiled (GPU) "
+                    "kernels bake it in, so on a GPU the setting is only changed through $LRA_DROPOUT_RNG at import")
 @pytest.mark.parametrize("rounds", [7, 10])
 def test_each_philox_round_count_follows_the_documented_scheme(monkeypatch, rounds):
     """$LRA_DROPOUT_RNG=rounds=R (set here as the module constant it becomes): the mask is
