@@ -106,15 +106,17 @@ _GPU_FP32: dict[int, Tiles] = {
 # 16-bit inputs with attention dropout: entries here replace _GPU_16BIT's (the Philox random numbers
 # raise register pressure, so the best tiles can differ); a head dim not listed uses _GPU_16BIT's.
 # Measured with `python -m kernels.tuning --head-dims 32,64 --dropout 0.1` (same run as above); the
-# d = 32 dK/dV entry re-tuned in session 6 (`LRA_DROPOUT_BWD=split ... --passes dkdv,dq`:
-# (64, 64, 4, 3) 40.5 ms vs (32, 128, 4, 3) 41.7 ms at N = 16K; results/kernels/tuning/).
+# d = 32 dK/dV and dQ entries re-tuned in session 6 (`LRA_DROPOUT_BWD=split ... --passes dkdv,dq`,
+# results/kernels/tuning/tuning_dropout_split_dkdv_dq_h200.json: dK/dV (64, 64, 4, 3) 40.5 ms vs
+# (32, 128, 4, 3) 41.7 ms, dQ (64, 64, 4, 3) 39.7 ms vs (128, 64, 4, 3) 40.5 ms, backward at N = 16K).
 _GPU_16BIT_DROPOUT: dict[int, Tiles] = {
-    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(128, 64, 4, 3)),
+    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
     64: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
 }
 # The one-pass dropout backward (kernels.ops.fused_dropout_backward) runs its dK/dV kernel with a
 # dQ tile on top, so it has dK/dV tiles of its own: `LRA_DROPOUT_BWD=fused python -m kernels.tuning
-# --head-dims 32,64 --dropout 0.1 --passes dkdv` on the H200, session 6 (N = 4K, 16K: d = 32
+# --head-dims 32,64 --dropout 0.1 --passes dkdv` on the H200, session 6
+# (results/kernels/tuning/tuning_dropout_fused_dkdv_h200.json; N = 4K, 16K: d = 32
 # (64, 64, 4, 3) 30.9 ms vs the split's (32, 128, 4, 3) 40.9 ms at 16K; d = 64 (64, 128, 8, 3) 24.2 ms
 # vs (64, 64, 4, 3) 25.5 ms). 16 reuses 32's.
 _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
