@@ -74,8 +74,12 @@ def summarise(folders: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
 def plot(curves: pd.DataFrame, out: Path) -> None:
     sns.set_theme(style="whitegrid", context="paper")
     runs = sorted(curves["run"].unique())
-    fig, axes = plt.subplots(1, len(runs), figsize=(2.6 * len(runs), 2.6), sharey=True, squeeze=False)
-    for ax, run in zip(axes[0], runs):
+    cols = min(len(runs), 5)   # at most five panels per row, so that many runs stay readable
+    rows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.6 * rows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs):
         part = curves[curves["run"] == run].copy()
         train = part["kind"] != "validation"
         # training batches are noisy: a rolling mean over 20 logged steps
