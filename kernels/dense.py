@@ -40,7 +40,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
     log-sum-exp. Without dropout it is deterministic and uses no atomics; with dropout it runs in
     one pass by default, its dQ summed with atomics and so varying in its last bits (faster: the
     mask is generated once; ``$LRA_DROPOUT_BWD=split`` or ``torch.use_deterministic_algorithms(True)``
-    gives the deterministic two-pass form; see :mod:`kernels.ops`). Works under ``torch.compile(fullgraph=True)``.
+    gives the deterministic two-pass form; see :mod:`kernels.ops`). Works under
+    ``torch.compile(fullgraph=True)``.
     Raises ``ValueError``/``TypeError`` naming the problem for bad input, before any launch.
     """
     shape = check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)

@@ -30,6 +30,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .registry import check_augment
 from .resumable_loader import EpochPermutationSampler, ResumableDataLoader
 
 SPLITS = ("train", "val", "test")
@@ -128,14 +129,6 @@ def augment_image(image: np.ndarray, augment: str, variant: int) -> np.ndarray:
         image = np.rot90(image, variant % 4)
         return image[:, ::-1] if variant >= 4 else image
     return image[:, ::-1] if variant == 1 else image
-
-
-def check_augment(spec, augment: str) -> None:
-    """A clear error unless `augment` is "none" or one of the task's label-preserving ones."""
-    if augment != "none" and augment not in spec.augmentations:
-        admitted = ", ".join(("none",) + tuple(spec.augmentations))
-        raise ValueError(f"augmentation {augment!r} is not label-preserving for {spec.name} (or unknown); "
-                         f"it admits: {admitted}")
 
 
 class PixelDataset(Dataset):

@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 from . import release
-from .base import DataSource, LraDataModule, check_augment
+from .base import DataSource, LraDataModule
+from .registry import check_augment
 from .registry import SOURCES, TASKS, TaskSpec
 
 

@@ -65,4 +65,13 @@ TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     _pathfinder("path256", 256, "Path-256"),
 )}
 
+def check_augment(spec: TaskSpec, augment: str) -> None:
+    """A clear error unless `augment` is "none" or one of the task's label-preserving ones
+    (`data.augment`; the variants themselves are made in tasks.base)."""
+    if augment != "none" and augment not in spec.augmentations:
+        admitted = ", ".join(("none",) + tuple(spec.augmentations))
+        raise ValueError(f"augmentation {augment!r} (data.augment) is not label-preserving for {spec.name} "
+                         f"(or unknown); it admits: {admitted}")
+
+
 SOURCES = ("auto", "official", "generated", "tfds", "folder")

@@ -88,5 +88,6 @@ def test_datamodule_augments_training_only_and_checks_the_task(tmp_path):
                        torch.from_numpy(np.rot90(train[2]["input_ids"].view(32, 32).numpy()).copy()))
     assert len(next(iter(dm.train_dataloader()))["label"]) == 4
     for task, augment in (("listops", "hflip"), ("image", "dihedral"), ("pathfinder32", "rotate")):
-        with pytest.raises(ValueError, match=f"augmentation '{augment}' is not label-preserving for {task}"):
+        with pytest.raises(ValueError, match=fr"augmentation '{augment}' \(data.augment\) is not label-preserving "
+                                             fr"for {task}"):
             build_datamodule(task, data_dir=tmp_path, batch_size=4, augment=augment)
