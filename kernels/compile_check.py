@@ -34,13 +34,14 @@ def _variants(quick: bool):
     then, for 16-bit inputs, the same tiles with TMA loads (plain, ragged) and, with 4 warps (the
     only count Triton's Hopper warp specialiser takes), TMA plus warp specialisation (plain, and
     with ``quick=False`` ragged and causal, which the launcher compiles without specialisation:
-    :func:`kernels.ops.warp_spec_applies`). Flag sets with ``FUSED_DQ`` (the opt-in one-pass dropout
-    backward, ``$LRA_DROPOUT_BWD=fused``: dropout aligned, ragged everything-on, block-sparse; with
-    TMA for 16-bit inputs) apply to the dK/dV kernel only, with the tiles the launcher gives calls
-    with dropout (16-bit: the dropout table's entry where it has one)."""
+    :func:`kernels.ops.warp_spec_applies`). Flag sets with ``FUSED_DQ`` (the one-pass dropout
+    backward, the default with dropout: dropout aligned, ragged everything-on, block-sparse; with
+    TMA for 16-bit inputs) apply to the dK/dV kernel only. Every variant uses the tiles the launcher
+    gives such a call (``kernels.tiles.select``: the dropout table with dropout, the one-pass
+    backward's own dK/dV tiles with ``FUSED_DQ``)."""
     import dataclasses
 
-    from .tiles import _GPU_16BIT, _GPU_16BIT_DROPOUT, _GPU_FP32, LOADS_POINTERS, LOADS_TMA, LOADS_TMA_WS
+    from .tiles import _GPU_16BIT, LOADS_POINTERS, LOADS_TMA, LOADS_TMA_WS
 
     even = dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=False, EVEN_M=True, EVEN_N=True, EVEN_D=True)
     flag_sets = [
@@ -72,14 +73,18 @@ def _variants(quick: bool):
                 t = PassTiles(*cand)
                 if t.loads != LOADS_POINTERS:
                     yield kernel, "bf16", t.block_m, t.block_n, d, t.num_warps, t.num_stages, t.loads, flag_sets[0]
+    import torch
+
+    from .tiles import select
+
+    torch_dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     for dtype, d in itertools.product(dtypes, head_dims):
         runs = [(LOADS_POINTERS, flags) for flags in flag_sets + fused_sets] + (tma_sets if dtype != "fp32" else [])
         for loads, flags in runs:
-            tiles = (_GPU_FP32 if dtype == "fp32" else _GPU_16BIT)[d]
-            if flags.get("FUSED_DQ") and dtype != "fp32":
-                tiles = _GPU_16BIT_DROPOUT.get(d, tiles)
-            if flags["SPARSE"]:
-                tiles = tiles.clamped(128)
+            # the tiles the launcher gives such a call on a GPU (the dropout table with dropout, the
+            # one-pass backward's dK/dV tiles with FUSED_DQ; block-sparse clamped to 128)
+            tiles = select(torch.device("cuda"), torch_dtypes[dtype], d, 128 if flags["SPARSE"] else None,
+                           dropout=flags["HAS_DROPOUT"], fused_bwd=flags.get("FUSED_DQ", False))
             for kernel, t in (("fwd", tiles.fwd), ("dkdv", tiles.dkdv), ("dq", tiles.dq)):
                 if flags.get("FUSED_DQ") and kernel != "dkdv":
                     continue
