@@ -3,12 +3,13 @@
 # memorise. Session 6's probes (results/pathfinder/README.md) showed the paper model memorising
 # 80,000-200,000 easy images in minutes while validation stays at chance, and — with the dihedral
 # augmentation (1.6M distinct training sequences) — neither memorising nor generalising within
-# 19.5K steps. Here both lanes train on easy images with data.augment=dihedral for the paper's
-# full schedule (62,500 steps of 256, 312 warm-up, linear decay), validating on 2,000 images every
-# 625 steps:
-#   GPU 0: the paper model (dim 64, 2 layers, 2 heads x 32) at lr 1e-4;
-#   GPU 1: a larger one (dim 128, 4 layers, 4 heads x 32, MLP 256) at lr 5e-4 — does *any*
-#          pixel-level Transformer learn our images? (the transfer evidence of #7 needs one).
+# 19.5K steps. Here both lanes train on easy images with data.augment=dihedral (batch 256, 312
+# warm-up steps, linear decay), validating on 2,000 images every 625 steps:
+#   GPU 0: the paper model (dim 64, 2 layers, 2 heads x 32) at lr 1e-4, the paper's full 62,500
+#          steps (~12.6 ms/step alone on an H200: ~14 min, two calls);
+#   GPU 1: a larger one (dim 128, 4 layers, 4 heads x 32, MLP 256) at lr 5e-4, 20,000 steps (about
+#          3x the paper model's step time, untimed) — does *any* pixel-level Transformer learn our
+#          images? (the transfer evidence of #7 needs one).
 # A run is longer than a call: each call trains until DEADLINE, then SIGINT makes Lightning save
 # last.ckpt; the next call resumes it (`lra train --resume`). Between calls the run tree travels:
 #   call:  run(command="OUT=$OUT LRA_GIT_REV=<rev> RUNS=.keep/runs DEADLINE=570 bash scripts/h200/pathfinder_augment_long.sh",
@@ -28,21 +29,21 @@ fi
 say "data: Pathfinder-32, $N easy images"
 lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers "$(nproc)" > "$WORK/data_easy.log" 2>&1
 
-# long NAME LR [KEY=VALUE ...]: until DEADLINE (40 s kept for the shutdown and packing), then SIGINT;
+# long NAME LR STEPS [KEY=VALUE ...]: until DEADLINE (40 s kept for the shutdown and packing), then SIGINT;
 # --resume continues an interrupted run of the same config (a completed one is reported, not redone)
 long() {
-  local name=$1 lr=$2; shift 2
+  local name=$1 lr=$2 steps=$3; shift 3
   local cmd=(python3 -m lra train --task pathfinder32 --attention "$ATTN" --preset paper --runs-dir "$RUNS/$name"
              --data-dir "$DATA" --no-progress --resume data.difficulty=easy data.augment=dihedral "optim.lr=$lr"
-             train.max_steps=62500 optim.warmup_steps=312 train.val_check_interval=625
+             "train.max_steps=$steps" optim.warmup_steps=312 train.val_check_interval=625
              "data.limit_train=$(( N * 8 / 10 ))" "data.limit_eval=$EVAL" "$@" "${EXTRA[@]}")
   say "$name: $(left 40) s"
   timeout -s INT -k 30 "$(left 40)" "${cmd[@]}" > "$WORK/$name.log" 2>&1
   local rc=$?
   say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
 }
-lane0() { long L1_paper_dihedral 1e-4; }
-lane1() { long L2_wide4_dihedral 5e-4 model.dim=128 model.depth=4 model.num_heads=4 model.head_dim=32 model.mlp_dim=256; }
+lane0() { long L1_paper_dihedral 1e-4 62500; }
+lane1() { long L2_wide4_dihedral 5e-4 20000 model.dim=128 model.depth=4 model.num_heads=4 model.head_dim=32 model.mlp_dim=256; }
 if (( NGPU >= 2 )); then run_lanes lane0 lane1
 else (export CUDA_VISIBLE_DEVICES=0; lane0 & lane1 & wait) > "$WORK/lane0.log" 2>&1
 fi
