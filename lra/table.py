@@ -33,7 +33,7 @@ RECORD_COLUMNS = ("run_id", "task", "attention", "seq_len", "seed", "preset", "s
                   "wall_time_s", "time_to_best_s", "created", "path")
 # Columns of `lra bench models` CSVs (docs/interfaces.md).
 BENCH_COLUMNS = ("attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "ms_per_step",
-                 "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note")
+                 "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note")
 BENCH_REQUIRED = ("attention", "seq_len", "regime", "compile", "tokens_per_s", "peak_mem_gb", "status")
 
 GROUP = ["attention", "variant", "preset", "task", "seq_len"]
@@ -201,7 +201,8 @@ def load_bench_frame(df: pd.DataFrame) -> pd.DataFrame:
     df["compile"] = df["compile"].map(_as_bool)
     df["status"] = df["status"].fillna("ok").astype(str)
     df["seq_len"] = pd.to_numeric(df["seq_len"], errors="coerce").astype("Int64")
-    for column in ("ms_per_step", "samples_per_s", "tokens_per_s", "peak_mem_gb", "batch_size", "tokens_per_batch"):
+    for column in ("ms_per_step", "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "batch_size",
+                   "tokens_per_batch"):
         df[column] = pd.to_numeric(df[column], errors="coerce")
     return df
 

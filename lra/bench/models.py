@@ -37,6 +37,7 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from lra.records import atomic_write_text
@@ -54,8 +55,9 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 DEFAULT_OPTIONS = {"cuda": {"sdpa": {"backend": "cudnn"}}, "cpu": {}}
 VOCAB_SIZE = 256
 NUM_CLASSES = 2
+# ms_p10 / ms_p90: the 10th / 90th percentile of the timed steps, so that noisy (launch-bound) cells show
 CSV_COLUMNS = ["attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "ms_per_step",
-               "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note"]
+               "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note"]
 DONE_STATUSES = ("ok", "oom", "unsupported")
 PROFILE_STEPS = 3
 PROFILE_ROWS = 30
@@ -321,6 +323,7 @@ def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_
             times_ms.append((time.perf_counter() - t0) * 1e3)
         peak_gb = math.nan
     ms = statistics.median(times_ms)
+    p10, p90 = (float(x) for x in np.percentile(times_ms, [10, 90]))
     if profile_dir is not None:
         try:
             profile_steps(step, warmup + steps, cell, profile_dir, device, ms)
@@ -328,14 +331,14 @@ def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_
             path = profile_stem(profile_dir, cell)
             atomic_write_text(path.with_name(path.name + ".txt"), f"{cell.describe()}: profiling failed: "
                                                                   f"{_first_line(err, 1000)}\n")
-    return {"ms_per_step": ms, "samples_per_s": batch / ms * 1e3, "tokens_per_s": batch * cell.seq_len / ms * 1e3,
+    return {"ms_per_step": ms, "ms_p10": p10, "ms_p90": p90, "samples_per_s": batch / ms * 1e3, "tokens_per_s": batch * cell.seq_len / ms * 1e3,
             "peak_mem_gb": peak_gb}
 
 
 def _row(cell: Cell, status: str, note: str = "", **metrics) -> dict:
     row = {"attention": cell.attention, "seq_len": cell.seq_len, "batch_size": cell.batch_size,
            "tokens_per_batch": cell.batch_size * cell.seq_len, "regime": cell.regime, "compile": cell.compile,
-           "ms_per_step": math.nan, "samples_per_s": math.nan, "tokens_per_s": math.nan, "peak_mem_gb": math.nan,
+           "ms_per_step": math.nan, "ms_p10": math.nan, "ms_p90": math.nan, "samples_per_s": math.nan, "tokens_per_s": math.nan, "peak_mem_gb": math.nan,
            "status": status, "note": note}
     row.update(metrics)
     return row

@@ -75,6 +75,7 @@ def test_tiny_cpu_run_writes_valid_records(tmp_path, monkeypatch, one_thread):
     ok = frame[frame["status"] == "ok"]
     assert set(ok["attention"]) == {"softmax", "sdpa", "performer"}
     assert (ok["ms_per_step"] > 0).all() and (ok["tokens_per_s"] > 0).all()
+    assert (ok["ms_p10"] <= ok["ms_per_step"]).all() and (ok["ms_per_step"] <= ok["ms_p90"]).all()
     assert list(ok[ok["attention"] == "softmax"]["batch_size"]) == [8, 4]
     assert (frame["tokens_per_batch"] == 512).all() and not frame["compile"].any()
     expected_tokens = ok["batch_size"] * ok["seq_len"] / ok["ms_per_step"] * 1e3
