@@ -333,7 +333,8 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
     s = meta.get("settings") or {}
     lines.append(f"- dtype {s.get('dtype')}, B*N = {s.get('tokens')} tokens, hidden {s.get('hidden')} (H = hidden/d), "
                  f"causal={s.get('causal')}" + (f", attention dropout {s['dropout']} (our kernels: Philox rounds "
-                                                 f"{meta.get('dropout_philox_rounds')})" if s.get("dropout") else "")
+                                                 f"{meta.get('dropout_philox_rounds')}, "
+                                                 f"{meta.get('dropout_backward', '?')} backward)" if s.get("dropout") else "")
                  + "; medians of triton.testing.do_bench")
     lines.append("")
     if df.empty:
@@ -499,6 +500,7 @@ def run(args) -> int:
     meta["settings"]["cuda"] = torch.version.cuda
     meta["settings"]["cudnn"] = torch.backends.cudnn.version()
     meta["dropout_philox_rounds"] = kernels.triton_attention.PHILOX_ROUNDS_SETTING
+    meta["dropout_backward"] = kernels.ops.DROPOUT_BWD  # fused (one pass, atomic dQ) or split ($LRA_DROPOUT_BWD)
     if args.tiles:
         meta["tiles_from"] = args.tiles
         for path in args.tiles.split(","):

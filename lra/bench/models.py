@@ -468,6 +468,10 @@ def run(args) -> int:
                 input={"vocab_size": VOCAB_SIZE, "num_classes": NUM_CLASSES, "padding": False},
                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if device.type == "cuda" else None,
                 bench_device=str(device))
+    import kernels  # our kernels' attention-dropout settings in force (flash, flash_sparse)
+
+    meta.update(dropout_philox_rounds=kernels.triton_attention.PHILOX_ROUNDS_SETTING,
+                dropout_backward=kernels.ops.DROPOUT_BWD)
     atomic_write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n")
 
     console = Console(stderr=True)

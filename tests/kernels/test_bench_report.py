@@ -46,8 +46,8 @@ def test_markdown_and_summary_show_speedups_and_failures():
     assert "xsdpa_flash" in summary and "1.5" in summary
     assert "dropout" not in md
     md = bench.render_markdown(df, {"device": "TestGPU", "settings": {"dtype": "bf16", "dropout": 0.1},
-                                    "dropout_philox_rounds": 7})
-    assert "attention dropout 0.1 (our kernels: Philox rounds 7)" in md
+                                    "dropout_philox_rounds": 7, "dropout_backward": "fused"})
+    assert "attention dropout 0.1 (our kernels: Philox rounds 7, fused backward)" in md
 
 
 def test_dropout_option_reaches_the_implementations():
