@@ -32,6 +32,8 @@ from typing import Callable, Iterable
 import torch
 
 __all__ = [
+    "BENCHMARK_LAYOUTS",
+    "benchmark_layout",
     "bigbird",
     "butterfly",
     "check_layout",
@@ -433,6 +435,21 @@ def butterfly(
 # ----------------------------------------------------------------------------------------------
 # element-wise predicate -> blocks
 # ----------------------------------------------------------------------------------------------
+BENCHMARK_LAYOUTS = ("bigbird", "local", "butterfly")
+
+
+def benchmark_layout(name: str, n_blocks: int, *, device=None) -> torch.Tensor:
+    """The named layouts the kernel benchmark and the tile tuner use: ``bigbird`` (defaults: 2
+    global, window 3, 3 random, seed 0), ``local`` (window 3), ``butterfly`` (defaults)."""
+    if name == "bigbird":
+        return bigbird(n_blocks, seed=0, device=device)
+    if name == "local":
+        return local(n_blocks, 3, device=device)
+    if name == "butterfly":
+        return butterfly(n_blocks, device=device)
+    raise ValueError(f"unknown benchmark layout {name!r}; use one of {', '.join(BENCHMARK_LAYOUTS)}")
+
+
 def from_mask(
     mask_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     n_q: int,

@@ -124,6 +124,10 @@ _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
     32: PassTiles(64, 64, 4, 3),
     64: PassTiles(64, 128, 8, 3),
 }
+# 16-bit block-sparse calls without dropout: entries here replace _GPU_16BIT's for them (before the
+# clamp to the block size). Empty until `python -m kernels.tuning --sparse LAYOUT` has measured an
+# entry that beats the dense one on the sparse kernel (load it with $LRA_KERNEL_TILES).
+_GPU_16BIT_SPARSE: dict[int, Tiles] = {}
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
 
 TILES_ENV = "LRA_KERNEL_TILES"
@@ -142,9 +146,13 @@ def override(tiles: Tiles) -> Iterator[None]:
 
 
 def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dropout: bool = False,
-                  fused_dkdv: PassTiles | None = None) -> None:
+                  fused_dkdv: PassTiles | None = None, sparse: bool = False) -> None:
     """Replace one entry of the GPU table (16-bit inputs with dropout: ``dropout=True``; with
-    ``fused_dkdv`` also the dK/dV tiles of the one-pass dropout backward)."""
+    ``fused_dkdv`` also the dK/dV tiles of the one-pass dropout backward; 16-bit block-sparse calls
+    without dropout: ``sparse=True``)."""
+    if sparse:
+        _GPU_16BIT_SPARSE[int(head_dim_padded)] = tiles
+        return
     if fused_dkdv is not None:
         _GPU_16BIT_DROPOUT_FUSED_DKDV[int(head_dim_padded)] = fused_dkdv
     if fp32:
@@ -158,8 +166,8 @@ def load_tuning(path: str) -> list[str]:
 
     A file tuned with ``--dropout`` fills the dropout table; tuned under ``LRA_DROPOUT_BWD=fused``
     (its entries' ``dropout_bwd``), its dK/dV tiles go to the one-pass backward's own table instead.
-    Passes the file did not tune keep the table's entry. Returns one line per head dim, saying what
-    changed."""
+    A file tuned with ``--sparse`` (its entries' ``sparse``) fills the block-sparse table. Passes the
+    file did not tune keep the table's entry. Returns one line per head dim, saying what changed."""
     import json
 
     with open(path) as f:
@@ -173,14 +181,18 @@ def load_tuning(path: str) -> list[str]:
         d_pad = int(d_pad)
         best = entry.get("best", {})
         dropout = float(entry.get("dropout", 0.0)) > 0.0
-        base = (_GPU_16BIT_DROPOUT if dropout else {}).get(d_pad, _GPU_16BIT[d_pad])
+        sparse = bool(entry.get("sparse"))
+        if sparse and dropout:
+            raise ValueError(f"{path}: head dim {d_pad} was tuned block-sparse with dropout, which has no table")
+        base = (_GPU_16BIT_DROPOUT if dropout else _GPU_16BIT_SPARSE if sparse else {}).get(d_pad, _GPU_16BIT[d_pad])
         fused = dropout and entry.get("dropout_bwd") == "fused"
         fused_dkdv = PassTiles(*best["dkdv"]) if fused and "dkdv" in best else None
         tiles = Tiles(*(PassTiles(*best[k]) if k in best and not (fused and k == "dkdv") else getattr(base, k)
                         for k in ("fwd", "dkdv", "dq")))
-        set_gpu_table(d_pad, tiles, dropout=dropout, fused_dkdv=fused_dkdv)
+        set_gpu_table(d_pad, tiles, dropout=dropout, fused_dkdv=fused_dkdv, sparse=sparse)
         what = f"{tiles.as_list()}" + (f", one-pass dK/dV {list(dataclasses.astuple(fused_dkdv))}" if fused_dkdv else "")
-        lines.append(f"d={d_pad}{' dropout' if dropout else ''}: {what} (from {path})")
+        kind = " dropout" if dropout else " block-sparse" if sparse else ""
+        lines.append(f"d={d_pad}{kind}: {what} (from {path})")
     return lines
 
 
@@ -207,6 +219,8 @@ def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: 
             tiles = _GPU_FP32[d_pad]
         elif dropout and d_pad in _GPU_16BIT_DROPOUT:
             tiles = _GPU_16BIT_DROPOUT[d_pad]
+        elif block_size is not None and not dropout and d_pad in _GPU_16BIT_SPARSE:
+            tiles = _GPU_16BIT_SPARSE[d_pad]
         else:
             tiles = _GPU_16BIT[d_pad]
         if dropout and fused_bwd and dtype != torch.float32 and d_pad in _GPU_16BIT_DROPOUT_FUSED_DKDV:

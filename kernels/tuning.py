@@ -9,6 +9,11 @@ minimises the geometric mean of its times over those N. It prints the table entr
 registers) are reported and skipped. SDPA's flash and cuDNN back-ends are timed on the same shapes
 for orientation.
 
+``--sparse LAYOUT`` (bigbird, local, butterfly: ``kernels.layouts.benchmark_layout``, blocks of
+``--block-size``) times the block-sparse kernel on that layout instead, candidates clamped to the
+block size, and writes entries that ``kernels.tiles.load_tuning`` puts into the block-sparse table
+(16-bit, no dropout); the SDPA anchors are skipped there.
+
 ``--loads tma`` times the Hopper TMA variants (``kernels.tiles.LOADS_*``) instead of the pointer
 lists, led by the table's entry and the same tiles with TMA loads, so the JSON holds pointer vs
 TMA vs TMA + warp specialisation on the same inputs; ``tma_applies`` in each entry records
@@ -26,7 +31,7 @@ import time
 
 import torch
 
-from . import flash_attention
+from . import block_sparse_flash_attention, flash_attention
 from .tiles import PassTiles, Tiles, override, padded_head_dim, select
 
 # candidates (BLOCK_M, BLOCK_N, num_warps, num_stages) per pass; head dim 128 has its own lists.
@@ -85,15 +90,15 @@ def _inputs(n, d, tokens, hidden, dtype):
     return q, k, v
 
 
-def _time_fwd(q, k, v, dropout_p=0.0) -> float:
+def _time_fwd(q, k, v, dropout_p=0.0, attn=flash_attention) -> float:
     def fn():
         with torch.no_grad():
-            flash_attention(q, k, v, dropout_p=dropout_p)
+            attn(q, k, v, dropout_p=dropout_p)
     return _bench(fn)
 
 
-def _time_bwd(q, k, v, dropout_p=0.0) -> float:
-    out = flash_attention(q, k, v, dropout_p=dropout_p)
+def _time_bwd(q, k, v, dropout_p=0.0, attn=flash_attention) -> float:
+    out = attn(q, k, v, dropout_p=dropout_p)
     dout = torch.randn_like(out)
     return _bench(lambda: out.backward(dout, retain_graph=True), [q, k, v])
 
@@ -121,27 +126,47 @@ def _geo(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+def _sparse_attention(name: str, n: int, block_size: int, device):
+    """attn(q, k, v, dropout_p) running the block-sparse kernel on benchmark layout ``name`` at ``n``."""
+    from . import layouts
+    from .block_sparse import BlockSparseLayout
+
+    compiled = BlockSparseLayout.from_dense(
+        layouts.benchmark_layout(name, layouts.num_blocks(n, block_size), device=device), block_size)
+
+    def attn(q, k, v, dropout_p=0.0):
+        return block_sparse_flash_attention(q, k, v, compiled, block_size=block_size, dropout_p=dropout_p)
+    return attn
+
+
 def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: float = 0.0,
-         loads: str = "ptr", passes=("fwd", "dkdv", "dq")) -> dict:
+         loads: str = "ptr", passes=("fwd", "dkdv", "dq"), sparse: str | None = None,
+         block_size: int = 128) -> dict:
     results = {}
     for d in head_dims:
         from . import ops
 
-        base = select(torch.device("cuda"), dtype, d, dropout=dropout_p > 0.0,
+        base = select(torch.device("cuda"), dtype, d, block_size if sparse else None, dropout=dropout_p > 0.0,
                       fused_bwd=ops.fused_dropout_backward(dropout_p))
-        shapes = [_inputs(n, d, tokens, hidden, dtype) for n in seq_lens]
+        shapes = []
+        for n in seq_lens:
+            q, k, v = _inputs(n, d, tokens, hidden, dtype)
+            shapes.append((q, k, v, _sparse_attention(sparse, n, block_size, q.device) if sparse else flash_attention))
 
         entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p, "loads": loads,
                  "dropout_bwd": ("fused" if ops.fused_dropout_backward(dropout_p) else "split") if dropout_p > 0.0 else None,
-                 "tma_applies": ops.tma_applies(*shapes[0])}
-        for n, (q, k, v) in zip(seq_lens, shapes):
-            entry["sdpa"][n] = _sdpa_times(q, k, v, dropout_p)
+                 "sparse": {"layout": sparse, "block_size": block_size} if sparse else None,
+                 "tma_applies": ops.tma_applies(*shapes[0][:3])}
+        for n, (q, k, v, _attn) in zip(seq_lens, shapes):
+            if not sparse:  # the dense anchors say nothing about a block-sparse layout
+                entry["sdpa"][n] = _sdpa_times(q, k, v, dropout_p)
 
         def trial(kind, cand, tiles):
             t0 = time.perf_counter()
             try:
                 with override(tiles):
-                    ms = [(_time_fwd if kind == "fwd" else _time_bwd)(*s, dropout_p) for s in shapes]
+                    ms = [(_time_fwd if kind == "fwd" else _time_bwd)(q, k, v, dropout_p, attn)
+                          for q, k, v, attn in shapes]
             except Exception as err:  # noqa: BLE001 - a config that does not fit is skipped
                 entry[kind][str(cand)] = {"error": f"{type(err).__name__}: {str(err)[:160]}"}
                 print(f"d={d} {kind} {cand}: {type(err).__name__}", flush=True)
@@ -152,9 +177,15 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
 
         best = {}
         for kind in passes:
-            scored = []
+            scored, seen = [], set()
             for cand in candidates(kind, d, loads, getattr(base, kind)):
                 pt = PassTiles(*cand)
+                if sparse:  # tiles no larger than a block; clamping can make two candidates one
+                    pt = pt.clamped(block_size)
+                    cand = (pt.block_m, pt.block_n, pt.num_warps, pt.num_stages, pt.loads)
+                    if cand in seen:
+                        continue
+                    seen.add(cand)
                 if kind == "fwd":
                     tiles = Tiles(pt, base.dkdv, base.dq)
                 elif kind == "dkdv":
@@ -189,8 +220,14 @@ def main(argv=None) -> int:
                              "the table's entry and its TMA twin), or both")
     parser.add_argument("--passes", default="fwd,dkdv,dq",
                         help="passes to tune, comma-separated (the others keep the table's entry)")
+    parser.add_argument("--sparse", default=None, choices=("bigbird", "local", "butterfly"),
+                        help="tune the block-sparse kernel on this benchmark layout (its own table: kernels.tiles)")
+    parser.add_argument("--block-size", type=int, default=128, choices=(32, 64, 128),
+                        help="block size of the --sparse layout")
     parser.add_argument("--out", default=None, help="JSON file for every timing")
     args = parser.parse_args(argv)
+    if args.sparse and args.dropout > 0.0:
+        parser.error("--sparse tunes the block-sparse table, which has no dropout entries; leave out --dropout")
     if not torch.cuda.is_available():
         print("kernels.tuning needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -203,7 +240,8 @@ def main(argv=None) -> int:
 
     results = tune([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seq_lens.split(",")],
                    args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save, dropout_p=args.dropout,
-                   loads=args.loads, passes=[p for p in ("fwd", "dkdv", "dq") if p in args.passes.split(",")])
+                   loads=args.loads, passes=[p for p in ("fwd", "dkdv", "dq") if p in args.passes.split(",")],
+                   sparse=args.sparse, block_size=args.block_size)
     print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages, loads)")
     for d, entry in results.items():
         print(f"{d}: {entry['best']}   sdpa: {json.dumps(entry['sdpa'])}")

@@ -52,7 +52,7 @@ SPARSE_IMPLS = ("ours_sparse", "flex_sparse")
 ANCHORS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
 PASSES = ("fwd", "bwd", "fwd_bwd")
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
-SPARSE_LAYOUTS = ("bigbird", "local", "butterfly")
+SPARSE_LAYOUTS = ("bigbird", "local", "butterfly")  # kernels.layouts.BENCHMARK_LAYOUTS
 APPROX = ("performer", "linformer", "bigbird", "softmax")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
@@ -579,12 +579,7 @@ def run(args) -> int:
             B = max(1, args.tokens // N)
             nb = kernels.layouts.num_blocks(N, args.block_size)
             for name in layouts_wanted:
-                if name == "bigbird":
-                    layout = kernels.layouts.bigbird(nb, seed=0, device="cuda")
-                elif name == "local":
-                    layout = kernels.layouts.local(nb, 3, device="cuda")
-                else:
-                    layout = kernels.layouts.butterfly(nb, device="cuda")
+                layout = kernels.layouts.benchmark_layout(name, nb, device="cuda")
                 density = kernels.layouts.density(layout)
                 note = f"block {args.block_size}, {int(layout.sum())} of {nb * nb} blocks"
                 if "ours_sparse" in args.sparse_impls:

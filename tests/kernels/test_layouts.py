@@ -502,3 +502,13 @@ def test_block_mask_errors():
     )
     with pytest.raises(ValueError, match="batch entries"):
         layouts.from_block_mask(per_batch)
+
+
+def test_benchmark_layouts_are_the_documented_builders():
+    for name in layouts.BENCHMARK_LAYOUTS:
+        got = layouts.benchmark_layout(name, 12)
+        want = {"bigbird": lambda: layouts.bigbird(12, seed=0), "local": lambda: layouts.local(12, 3),
+                "butterfly": lambda: layouts.butterfly(12)}[name]()
+        assert torch.equal(got, want), name
+    with pytest.raises(ValueError, match="unknown benchmark layout 'dense'"):
+        layouts.benchmark_layout("dense", 12)

@@ -1,6 +1,7 @@
 """Tile tables: tuning JSONs from `python -m kernels.tuning` replace entries, dropout has its own."""
 from __future__ import annotations
 
+import ast
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from kernels import tiles
 
 @pytest.fixture
 def restore_tables():
-    tables = (tiles._GPU_16BIT, tiles._GPU_16BIT_DROPOUT, tiles._GPU_16BIT_DROPOUT_FUSED_DKDV)
+    tables = (tiles._GPU_16BIT, tiles._GPU_16BIT_DROPOUT, tiles._GPU_16BIT_DROPOUT_FUSED_DKDV, tiles._GPU_16BIT_SPARSE)
     saved = [dict(t) for t in tables]
     yield
     for table, entries in zip(tables, saved):
@@ -19,11 +20,13 @@ def restore_tables():
         table.update(entries)
 
 
-def _write(tmp_path, name, best, dropout=0.0, head_dim=64, dropout_bwd=None):
+def _write(tmp_path, name, best, dropout=0.0, head_dim=64, dropout_bwd=None, sparse=None):
     path = tmp_path / name
     entry = {"best": best, "dropout": dropout}
     if dropout_bwd is not None:
         entry["dropout_bwd"] = dropout_bwd
+    if sparse is not None:
+        entry["sparse"] = sparse
     path.write_text(json.dumps({"device": "x", "results": {str(head_dim): entry}}))
     return str(path)
 
@@ -77,6 +80,31 @@ def test_the_one_pass_dropout_backward_has_its_own_dkdv_tiles(tmp_path, restore_
     assert tiles.select(cuda, torch.bfloat16, 64, dropout=True, fused_bwd=True).dkdv == tiles.PassTiles(32, 64, 4, 3)
 
 
+def test_block_sparse_tuning_fills_its_own_table(tmp_path, restore_tables):
+    cuda = torch.device("cuda")
+    dense = tiles.select(cuda, torch.bfloat16, 32)
+    assert tiles.select(cuda, torch.bfloat16, 32, 128) == dense.clamped(128)   # empty table: the dense entry
+    lines = tiles.load_tuning(_write(tmp_path, "sparse.json", {"fwd": [128, 128, 8, 3]}, head_dim=32,
+                                     sparse={"layout": "bigbird", "block_size": 128}))
+    assert "d=32 block-sparse" in lines[0]
+    got = tiles.select(cuda, torch.bfloat16, 32, 128)
+    assert got.fwd == tiles.PassTiles(128, 128, 8, 3) and (got.dkdv, got.dq) == (dense.dkdv, dense.dq)
+    assert tiles.select(cuda, torch.bfloat16, 32, 64).fwd == tiles.PassTiles(64, 64, 8, 3)  # clamped
+    assert tiles.select(cuda, torch.bfloat16, 32) == dense                               # dense calls keep theirs
+    assert tiles.select(cuda, torch.bfloat16, 32, 128, dropout=True) == \
+        tiles._GPU_16BIT_DROPOUT[32].clamped(128)                                        # dropout: its own table
+    with pytest.raises(ValueError, match="block-sparse with dropout"):
+        tiles.load_tuning(_write(tmp_path, "bad.json", {"fwd": [64, 64, 4, 3]}, dropout=0.1,
+                                 sparse={"layout": "local", "block_size": 64}))
+
+
+def test_tuning_rejects_sparse_with_dropout():
+    from kernels import tuning
+
+    with pytest.raises(SystemExit):
+        tuning.main(["--sparse", "bigbird", "--dropout", "0.1"])
+
+
 def test_a_file_that_is_not_a_tuning_json_is_a_clear_error(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text("[1, 2]")
@@ -92,3 +120,33 @@ def test_tuning_json_with_tma_load_modes(tmp_path, restore_tables):
     assert got.fwd == tiles.PassTiles(128, 64, 4, 3, tiles.LOADS_TMA_WS)
     assert got.dq.loads == tiles.LOADS_POINTERS
     assert tiles.Tiles.from_list(got.as_list()) == got
+
+
+def test_sparse_tuning_times_the_block_sparse_kernel_with_clamped_candidates(monkeypatch):
+    """kernels.tuning --sparse, run through the interpreter: every candidate is clamped to the block
+    size (duplicates timed once), the calls go to the block-sparse kernel on the named layout, and the
+    entry says what it tuned (so load_tuning files it under the block-sparse table)."""
+    from kernels import tuning
+
+    calls = []
+    monkeypatch.setattr(tuning, "_inputs", lambda n, d, tokens, hidden, dtype: tuple(
+        torch.randn(1, 1, n, d, dtype=torch.float32, requires_grad=True) for _ in range(3)))
+
+    def run_once(fn, grads=None):
+        fn()
+        return float(len(calls) + 1)
+    monkeypatch.setattr(tuning, "_bench", run_once)
+    real = tuning.block_sparse_flash_attention
+
+    def spy(q, k, v, layout, **kwargs):
+        calls.append(kwargs["block_size"])
+        return real(q, k, v, layout, **kwargs)
+    monkeypatch.setattr(tuning, "block_sparse_flash_attention", spy)
+    results = tuning.tune([16], [96], 96, 16, torch.float32, passes=("fwd",), sparse="local", block_size=32)
+    entry = results[16]
+    assert entry["sparse"] == {"layout": "local", "block_size": 32} and entry["sdpa"] == {}
+    timed = list(entry["fwd"])
+    shapes = [ast.literal_eval(c) for c in timed]
+    assert shapes and all(block_m <= 32 and block_n <= 32 for block_m, block_n, *_ in shapes)
+    assert len(timed) == len(set(timed)) and set(calls) == {32}
+    assert entry["best"]["fwd"][:2] == [32, 32]
