@@ -52,6 +52,11 @@ class ModelConfig:
     activation: Literal["gelu", "relu"] = "gelu"
     init_std: float = 0.02           # normal init of token / position embeddings
     norm_eps: float = 1e-5
+    # Pixel tasks: how a pixel value becomes a vector. token = one learned vector per value 0..255
+    # (the LRA and Nystromformer code, the paper setting); linear = the intensity v / 255 times a
+    # learned vector plus a bias (a continuous encoder, as S4-style LRA pipelines feed pixels), so
+    # neighbouring intensities get neighbouring inputs and no single rare value is its own token.
+    pixel_embedding: Literal["token", "linear"] = "token"
 
 
 @dataclass
@@ -197,6 +202,9 @@ def identity_of(config: dict) -> dict:
         data.pop("difficulty", None)
     if data.get("augment", "none") == "none":  # likewise
         data.pop("augment", None)
+    model = out.get("model") or {}
+    if model.get("pixel_embedding", "token") == "token":  # likewise
+        model.pop("pixel_embedding", None)
     for key in ("compile", "throughput_warmup_steps"):  # speed and how it is measured, not results
         train.pop(key, None)
     return out
@@ -487,11 +495,15 @@ def validate(config: RunConfig) -> None:
         if d.difficulty not in DIFFICULTIES:
             raise ValueError(f"data.difficulty must be one of {', '.join(DIFFICULTIES)} (contour length 6, 9, 14) "
                              f"or none, got {d.difficulty!r}")
-    if d.augment != "none":
+    if d.augment != "none" or m.pixel_embedding != "token":
         from tasks.registry import TASKS, check_augment  # light: dataclasses only
 
-        if config.task in TASKS:  # an unknown task is reported where the task is built
-            check_augment(TASKS[config.task], d.augment)
+        spec = TASKS.get(config.task)  # an unknown task is reported where the task is built
+        if spec is not None:
+            check_augment(spec, d.augment)
+            if m.pixel_embedding != "token" and not spec.is_pixel:
+                raise ValueError(f"model.pixel_embedding={m.pixel_embedding} applies to pixel tasks (image, "
+                                 f"Pathfinder, Path-X, Path-256) only, not {config.task}")
     if t.max_minutes is not None and not t.max_minutes > 0:
         raise ValueError(f"train.max_minutes must be > 0 (or none), got {t.max_minutes}")
     for key, value in {"data.seq_len": d.seq_len, "data.limit_train": d.limit_train,

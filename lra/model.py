@@ -115,8 +115,17 @@ class Encoder(nn.Module):
         # Pixel tasks are fixed-length (H*W tokens, pixel 0 is a real token): they never pad, so
         # their all-False masks are not passed on (the attention then skips the mask entirely).
         self.fixed_length = spec.image_shape is not None
-        self.embed = nn.Embedding(spec.vocab_size, cfg.dim)
-        nn.init.normal_(self.embed.weight, std=cfg.init_std)
+        self.pixel_linear = cfg.pixel_embedding == "linear"
+        if self.pixel_linear:
+            if spec.image_shape is None:
+                raise ValueError("model.pixel_embedding=linear applies to pixel tasks (image, Pathfinder, "
+                                 "Path-X, Path-256) only; token tasks need model.pixel_embedding=token")
+            self.embed = nn.Linear(1, cfg.dim)   # pixel value / 255 -> a vector
+            nn.init.normal_(self.embed.weight, std=cfg.init_std)
+            nn.init.zeros_(self.embed.bias)
+        else:
+            self.embed = nn.Embedding(spec.vocab_size, cfg.dim)
+            nn.init.normal_(self.embed.weight, std=cfg.init_std)
         self.positions = build_positional(cfg.positional, max_len=spec.max_len, dim=cfg.dim,
                                           image_shape=spec.image_shape, grid=cfg.grid_positions,
                                           init_std=cfg.init_std)
@@ -139,7 +148,10 @@ class Encoder(nn.Module):
         self.norm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
 
     def forward(self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.embed(input_ids)
+        if self.pixel_linear:
+            x = self.embed((input_ids.to(self.embed.weight.dtype) / 255.0).unsqueeze(-1))
+        else:
+            x = self.embed(input_ids)
         if self.positions is not None:
             x = x + self.positions(x)
         if self.fixed_length:

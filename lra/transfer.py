@@ -62,6 +62,7 @@ ARCHITECTURE_FIELDS = {
     "pooling": "pooling (model.pooling)",
     "activation": "activation (model.activation)",
     "positional": "positional embedding (model.positional)",
+    "pixel_embedding": "pixel embedding (model.pixel_embedding)",
 }
 
 

@@ -7,9 +7,12 @@
 # warm-up steps, linear decay), validating on 2,000 images every 625 steps:
 #   GPU 0: the paper model (dim 64, 2 layers, 2 heads x 32) at lr 1e-4, the paper's full 62,500
 #          steps (~12.6 ms/step alone on an H200: ~14 min, two calls);
-#   GPU 1: a larger one (dim 128, 4 layers, 4 heads x 32, MLP 256) at lr 5e-4, 20,000 steps (about
-#          3x the paper model's step time, untimed) — does *any* pixel-level Transformer learn our
-#          images? (the transfer evidence of #7 needs one).
+#   GPU 1: the same with model.pixel_embedding=linear (pixel value / 255 times a learned vector,
+#          instead of 256 independent token vectors): with tokens, the rare anti-aliased intensities
+#          of each image are handles for memorising it; a continuous input has none and makes
+#          nearby intensities alike. Does either learn our images? (#7's transfer evidence needs one.)
+# WIDE=1: GPU 1 runs a larger model instead (dim 128, 4 layers, 4 heads x 32, MLP 256, lr 5e-4,
+# 20,000 steps; about 3x the step time, untimed).
 # A run is longer than a call: each call trains until DEADLINE, then SIGINT makes Lightning save
 # last.ckpt; the next call resumes it (`lra train --resume`). Between calls the run tree travels:
 #   call:  run(command="OUT=$OUT LRA_GIT_REV=<rev> RUNS=.keep/runs DEADLINE=570 bash scripts/h200/pathfinder_augment_long.sh",
@@ -43,7 +46,11 @@ long() {
   say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
 }
 lane0() { long L1_paper_dihedral 1e-4 62500; }
-lane1() { long L2_wide4_dihedral 5e-4 20000 model.dim=128 model.depth=4 model.num_heads=4 model.head_dim=32 model.mlp_dim=256; }
+if (( ${WIDE:-0} )); then
+  lane1() { long L2_wide4_dihedral 5e-4 20000 model.dim=128 model.depth=4 model.num_heads=4 model.head_dim=32 model.mlp_dim=256; }
+else
+  lane1() { long L2_linear_pixels_dihedral 1e-4 62500 model.pixel_embedding=linear; }
+fi
 if (( NGPU >= 2 )); then run_lanes lane0 lane1
 else (export CUDA_VISIBLE_DEVICES=0; lane0 & lane1 & wait) > "$WORK/lane0.log" 2>&1
 fi

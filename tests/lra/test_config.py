@@ -178,6 +178,15 @@ def test_preset_file_errors_name_the_file(tmp_path, monkeypatch):
         load_preset("listops", "paper")
 
 
+def test_pixel_embedding_changes_ids_only_when_set():
+    plain = resolve("pathfinder32", "softmax", preset="smoke")
+    assert plain.model.pixel_embedding == "token" and "pixel_embedding" not in plain.identity()["model"]
+    linear = resolve("pathfinder32", "softmax", preset="smoke", overrides=["model.pixel_embedding=linear"])
+    assert linear.model.pixel_embedding == "linear" and linear.run_id() != plain.run_id()
+    with pytest.raises(ValueError, match="pixel_embedding=linear applies to pixel tasks .* not listops"):
+        resolve("listops", "softmax", preset="smoke", overrides=["model.pixel_embedding=linear"])
+
+
 def test_augment_is_data_config_validated_per_task_and_changes_ids_only_when_set():
     plain = resolve("pathfinder32", "softmax", preset="smoke")
     assert plain.data.augment == "none" and "augment" not in plain.identity()["data"]

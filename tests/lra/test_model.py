@@ -121,6 +121,28 @@ def test_image_tasks_use_a_grid_and_pass_no_mask():
         pos(torch.zeros(1, 10, 16))
 
 
+def test_linear_pixel_embedding_is_affine_in_the_intensity():
+    """model.pixel_embedding=linear: pixel value v enters as (v / 255) * w + b, one learned vector w
+    and bias b instead of 256 independent vectors; token tasks refuse it."""
+    import dataclasses
+
+    spec = DataSpec(vocab_size=256, num_classes=2, max_len=12, image_shape=(3, 4))
+    cfg = dataclasses.replace(TINY, pixel_embedding="linear")
+    model, _, _ = make(spec, cfg)
+    embed = model.encoder.embed
+    assert isinstance(embed, nn.Linear) and embed.weight.shape == (16, 1)
+    assert sum(p.numel() for p in embed.parameters()) == 32          # vs 256 * 16 for tokens
+    with torch.no_grad():
+        embed.bias.normal_()
+        x = model.encoder.embed((torch.tensor([0, 100, 200, 255]).float() / 255).unsqueeze(-1))
+    torch.testing.assert_close(x[2] - x[1], x[1] - x[0])
+    torch.testing.assert_close(x[3] - x[0], embed.weight[:, 0])
+    tokens = torch.randint(0, 256, (2, 12))
+    assert model(tokens, torch.zeros(2, 12, dtype=torch.bool)).shape == (2, 2)
+    with pytest.raises(ValueError, match="pixel_embedding=linear applies to pixel tasks"):
+        make(DataSpec(vocab_size=16, num_classes=10, max_len=12), cfg)
+
+
 def test_grid_positions_can_be_turned_off_and_bad_shapes_rejected():
     cfg = ModelConfig(**{**TINY.__dict__, "grid_positions": False})
     model, _, _ = make(DataSpec(vocab_size=5, num_classes=2, max_len=12, image_shape=(3, 4)), cfg)

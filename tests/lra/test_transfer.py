@@ -153,6 +153,7 @@ def refuse(ckpt, cfg: ModelConfig, spec: DataSpec, match: str, attention: str = 
     ("head_dim", 8, r"head dim \(model.head_dim\) 4 in the checkpoint vs 8 here"),
     ("mlp_dim", 32, r"MLP width \(model.mlp_dim\) 16 in the checkpoint vs 32 here"),
     ("pooling", "cls", r"pooling \(model.pooling\) mean in the checkpoint vs cls here"),
+    ("pixel_embedding", "linear", r"pixel embedding \(model.pixel_embedding\) token in the checkpoint vs linear here"),
 ])
 def test_refuses_other_architecture(source_ckpt, field_name, value, words):
     cfg = dataclasses.replace(TINY, **{field_name: value})
