@@ -6,14 +6,14 @@
 # re-run the block-sparse vs Flex vs dense report at d = 32 with the tuned tiles ($LRA_KERNEL_TILES;
 # the JSON fills the block-sparse table only). If they win, copy the entry into
 # kernels/tiles.py `_GPU_16BIT_SPARSE` with the numbers.
-# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=300 bash scripts/h200/sparse_tiles_d32.sh
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=200 bash scripts/h200/sparse_tiles_d32.sh
 # (one GPU; may follow small_batch_solo.sh in the same call: `... small_batch_solo.sh; DEADLINE=... bash scripts/h200/sparse_tiles_d32.sh`)
 RECIPE=sparse_tiles_d32
 source "$(dirname "$0")/lib.sh"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 {
   say "tune the block-sparse tiles on the BigBird layout, d = 32, 64"
-  timeout -k 5 "$(left 120)" python3 -m kernels.tuning --sparse bigbird --block-size 128 --head-dims 32,64 \
+  timeout -k 5 "$(left 70)" python3 -m kernels.tuning --sparse bigbird --block-size 128 --head-dims 32,64 \
       --seq-lens 4096,16384 --out "$WORK/tune_sparse_bigbird.json"
   say "block-sparse vs Flex vs dense, d = 32, with the tuned sparse tiles"
   LRA_KERNEL_TILES="$WORK/tune_sparse_bigbird.json" timeout -k 5 "$(left 5)" python3 -m lra bench kernels \
