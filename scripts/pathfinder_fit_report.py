@@ -24,12 +24,16 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 RECORD_LINE = re.compile(r"record: .*/([^/]+)/result\.json")
+# a run interrupted at a call's deadline prints no record line, but its first line names the run
+TRAINING_LINE = re.compile(r"^training \S+/\S+ (\S+) on ", re.MULTILINE)
 
 
 def _runs(folder: Path):
-    """(name, record, metrics or None) for every `<NAME>.log` in the folder that names its record."""
+    """(name, record, metrics or None) for every `<NAME>.log` in the folder that names its run (its
+    record line, or for a run interrupted at a deadline its `training ... <run id> on` line)."""
     for log in sorted(folder.glob("*.log")):
-        ids = RECORD_LINE.findall(log.read_text(encoding="utf-8", errors="replace"))
+        text = log.read_text(encoding="utf-8", errors="replace")
+        ids = RECORD_LINE.findall(text) or TRAINING_LINE.findall(text)
         if not ids:
             continue  # lane and data logs
         records = sorted(folder.glob(f"result_*_{ids[-1]}.json"))
@@ -37,6 +41,10 @@ def _runs(folder: Path):
             raise SystemExit(f"{log}: names run {ids[-1]}, but {folder} has no result_*_{ids[-1]}.json")
         metrics = folder / f"metrics_{log.stem}.csv"
         yield log.stem, json.loads(records[0].read_text()), (pd.read_csv(metrics) if metrics.exists() else None)
+
+
+def _percent(value):
+    return None if value is None else round(100 * value, 1)
 
 
 def summarise(folders: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -65,8 +73,8 @@ def summarise(folders: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
                 "epochs": round(rec["steps"] * batch / n_train, 1),
                 "ms/step": round(rec["step_time_ms"], 1),
                 "train acc % (last 10 %)": None if train_acc is None else round(train_acc, 1),
-                "best val %": round(100 * rec["best_val_acc"], 1),
-                "test %": round(100 * rec["test_acc"], 1),
+                "best val %": _percent(rec.get("best_val_acc")),
+                "test %": _percent(rec.get("test_acc")),   # none for a run interrupted before its test
             })
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 

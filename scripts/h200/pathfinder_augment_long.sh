@@ -56,8 +56,17 @@ else (export CUDA_VISIBLE_DEVICES=0; lane0 & lane1 & wait) > "$WORK/lane0.log" 2
 fi
 
 collect_results
-for f in $(find "$RUNS" -name metrics.csv); do   # <name>/pathfinder32/<attention>/<run id>/logs/version_<k>/metrics.csv
-  cp "$f" "$WORK/metrics_$(echo "${f#$RUNS/}" | cut -d/ -f1)_$(basename "$(dirname "$f")").csv"
+# each run's Lightning metrics, one version per call, joined in version order into metrics_<name>.csv
+# (the name scripts/pathfinder_fit_report.py pairs with <name>.log)
+for d in "$RUNS"/*/; do
+  python3 - "$d" "$WORK/metrics_$(basename "$d").csv" <<'PY'
+import sys
+from pathlib import Path
+import pandas as pd
+files = sorted(Path(sys.argv[1]).rglob("metrics.csv"), key=lambda p: int(p.parent.name.split("_")[-1]))
+if files:
+    pd.concat([pd.read_csv(f) for f in files], ignore_index=True).to_csv(sys.argv[2], index=False)
+PY
 done
 pack_runs
 pack

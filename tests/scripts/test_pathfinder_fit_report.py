@@ -43,6 +43,19 @@ def test_table_values_and_figure(tmp_path, report):
     assert (tmp_path / "fig" / "fit.png").stat().st_size > 1000 and (tmp_path / "fig" / "fit.pdf").exists()
 
 
+def test_a_run_interrupted_at_a_deadline_is_reported_without_test(tmp_path, report):
+    """Multi-call runs (pathfinder_augment_long.sh) stop at a call's deadline: no record line in the
+    log, a record without test accuracy; the run is found by its `training ...` line."""
+    _probe(tmp_path, "L1", "paper-n1024-s0-cccc", metrics=True)
+    (tmp_path / "L1.log").write_text("training pathfinder32/flash paper-n1024-s0-cccc on cuda (x) -> runs/L1\n"
+                                     "step 50/62500  val_acc 0.5351\n\nDetected KeyboardInterrupt\n")
+    path = tmp_path / "result_flash_paper-n1024-s0-cccc.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), status="failed", test_acc=None)))
+    table, _ = report.summarise([tmp_path])
+    row = table.set_index("run").loc["L1"]
+    assert row["best val %"] == 53.5 and pd.isna(row["test %"]) and row["train acc % (last 10 %)"] == 80.0
+
+
 def test_a_log_whose_record_is_missing_is_reported(tmp_path, report):
     _probe(tmp_path, "P1", "paper-n1024-s0-aaaa", metrics=False)
     (tmp_path / "result_flash_paper-n1024-s0-aaaa.json").unlink()
