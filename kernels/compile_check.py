@@ -41,7 +41,9 @@ def _variants(quick: bool):
     backward's own dK/dV tiles with ``FUSED_DQ``)."""
     import dataclasses
 
-    from .tiles import _GPU_16BIT, LOADS_POINTERS, LOADS_TMA, LOADS_TMA_WS
+    import torch
+
+    from .tiles import _GPU_16BIT, LOADS_POINTERS, LOADS_TMA, LOADS_TMA_WS, select
 
     even = dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=False, EVEN_M=True, EVEN_N=True, EVEN_D=True)
     flag_sets = [
@@ -73,10 +75,6 @@ def _variants(quick: bool):
                 t = PassTiles(*cand)
                 if t.loads != LOADS_POINTERS:
                     yield kernel, "bf16", t.block_m, t.block_n, d, t.num_warps, t.num_stages, t.loads, flag_sets[0]
-    import torch
-
-    from .tiles import select
-
     torch_dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     for dtype, d in itertools.product(dtypes, head_dims):
         runs = [(LOADS_POINTERS, flags) for flags in flag_sets + fused_sets] + (tma_sets if dtype != "fp32" else [])

@@ -86,6 +86,12 @@ def _parse_dropout_bwd(text: Optional[str]) -> str:
 DROPOUT_BWD = _parse_dropout_bwd(os.environ.get(DROPOUT_BWD_ENV))
 
 
+def dropout_settings() -> dict:
+    """The attention-dropout settings in force, for benchmark metadata: Philox rounds and the
+    backward form (``$LRA_DROPOUT_RNG``, ``$LRA_DROPOUT_BWD``)."""
+    return {"dropout_philox_rounds": kern.PHILOX_ROUNDS_SETTING, "dropout_backward": DROPOUT_BWD}
+
+
 def fused_dropout_backward(dropout_p: float) -> bool:
     """Whether a call with ``dropout_p`` takes the one-pass backward (atomic dQ): dropout on,
     ``DROPOUT_BWD == "fused"`` and torch's deterministic algorithms off. The launchers pick the

@@ -32,6 +32,7 @@ import time
 import torch
 
 from . import block_sparse_flash_attention, flash_attention
+from .layouts import BENCHMARK_LAYOUTS
 from .tiles import PassTiles, Tiles, override, padded_head_dim, select
 
 # candidates (BLOCK_M, BLOCK_N, num_warps, num_stages) per pass; head dim 128 has its own lists.
@@ -146,15 +147,16 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
     for d in head_dims:
         from . import ops
 
+        fused_bwd = ops.fused_dropout_backward(dropout_p)
         base = select(torch.device("cuda"), dtype, d, block_size if sparse else None, dropout=dropout_p > 0.0,
-                      fused_bwd=ops.fused_dropout_backward(dropout_p))
+                      fused_bwd=fused_bwd)
         shapes = []
         for n in seq_lens:
             q, k, v = _inputs(n, d, tokens, hidden, dtype)
             shapes.append((q, k, v, _sparse_attention(sparse, n, block_size, q.device) if sparse else flash_attention))
 
         entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p, "loads": loads,
-                 "dropout_bwd": ("fused" if ops.fused_dropout_backward(dropout_p) else "split") if dropout_p > 0.0 else None,
+                 "dropout_bwd": ("fused" if fused_bwd else "split") if dropout_p > 0.0 else None,
                  "sparse": {"layout": sparse, "block_size": block_size} if sparse else None,
                  "tma_applies": ops.tma_applies(*shapes[0][:3])}
         for n, (q, k, v, _attn) in zip(seq_lens, shapes):
@@ -220,7 +222,7 @@ def main(argv=None) -> int:
                              "the table's entry and its TMA twin), or both")
     parser.add_argument("--passes", default="fwd,dkdv,dq",
                         help="passes to tune, comma-separated (the others keep the table's entry)")
-    parser.add_argument("--sparse", default=None, choices=("bigbird", "local", "butterfly"),
+    parser.add_argument("--sparse", default=None, choices=BENCHMARK_LAYOUTS,
                         help="tune the block-sparse kernel on this benchmark layout (its own table: kernels.tiles)")
     parser.add_argument("--block-size", type=int, default=128, choices=(32, 64, 128),
                         help="block size of the --sparse layout")

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from . import release
 from .base import DataSource, LraDataModule
-from .registry import check_augment
-from .registry import SOURCES, TASKS, TaskSpec
+from .registry import SOURCES, TASKS, TaskSpec, check_augment
 
 
 def get_spec(task: str) -> TaskSpec:

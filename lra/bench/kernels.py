@@ -499,8 +499,7 @@ def run(args) -> int:
     meta["settings"] = {k: v for k, v in vars(args).items() if k != "func"}
     meta["settings"]["cuda"] = torch.version.cuda
     meta["settings"]["cudnn"] = torch.backends.cudnn.version()
-    meta["dropout_philox_rounds"] = kernels.triton_attention.PHILOX_ROUNDS_SETTING
-    meta["dropout_backward"] = kernels.ops.DROPOUT_BWD  # fused (one pass, atomic dQ) or split ($LRA_DROPOUT_BWD)
+    meta.update(kernels.ops.dropout_settings())
     if args.tiles:
         meta["tiles_from"] = args.tiles
         for path in args.tiles.split(","):

@@ -331,15 +331,15 @@ def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_
             path = profile_stem(profile_dir, cell)
             atomic_write_text(path.with_name(path.name + ".txt"), f"{cell.describe()}: profiling failed: "
                                                                   f"{_first_line(err, 1000)}\n")
-    return {"ms_per_step": ms, "ms_p10": p10, "ms_p90": p90, "samples_per_s": batch / ms * 1e3, "tokens_per_s": batch * cell.seq_len / ms * 1e3,
-            "peak_mem_gb": peak_gb}
+    return {"ms_per_step": ms, "ms_p10": p10, "ms_p90": p90, "samples_per_s": batch / ms * 1e3,
+            "tokens_per_s": batch * cell.seq_len / ms * 1e3, "peak_mem_gb": peak_gb}
 
 
 def _row(cell: Cell, status: str, note: str = "", **metrics) -> dict:
     row = {"attention": cell.attention, "seq_len": cell.seq_len, "batch_size": cell.batch_size,
            "tokens_per_batch": cell.batch_size * cell.seq_len, "regime": cell.regime, "compile": cell.compile,
-           "ms_per_step": math.nan, "ms_p10": math.nan, "ms_p90": math.nan, "samples_per_s": math.nan, "tokens_per_s": math.nan, "peak_mem_gb": math.nan,
-           "status": status, "note": note}
+           "ms_per_step": math.nan, "ms_p10": math.nan, "ms_p90": math.nan, "samples_per_s": math.nan,
+           "tokens_per_s": math.nan, "peak_mem_gb": math.nan, "status": status, "note": note}
     row.update(metrics)
     return row
 
@@ -470,8 +470,7 @@ def run(args) -> int:
                 bench_device=str(device))
     import kernels  # our kernels' attention-dropout settings in force (flash, flash_sparse)
 
-    meta.update(dropout_philox_rounds=kernels.triton_attention.PHILOX_ROUNDS_SETTING,
-                dropout_backward=kernels.ops.DROPOUT_BWD)
+    meta.update(kernels.ops.dropout_settings())
     atomic_write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n")
 
     console = Console(stderr=True)
