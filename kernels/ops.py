@@ -86,10 +86,12 @@ def _parse_dropout_bwd(text: Optional[str]) -> str:
 DROPOUT_BWD = _parse_dropout_bwd(os.environ.get(DROPOUT_BWD_ENV))
 
 
-def dropout_settings() -> dict:
-    """The attention-dropout settings in force, for benchmark metadata: Philox rounds and the
-    backward form (``$LRA_DROPOUT_RNG``, ``$LRA_DROPOUT_BWD``)."""
-    return {"dropout_philox_rounds": kern.PHILOX_ROUNDS_SETTING, "dropout_backward": DROPOUT_BWD}
+def kernel_settings() -> dict:
+    """The kernels' environment settings in force, for benchmark metadata: the attention-dropout
+    Philox rounds and backward form (``$LRA_DROPOUT_RNG``, ``$LRA_DROPOUT_BWD``) and the form
+    torch.compile sees the ops in (``$LRA_KERNELS_COMPILE_OP``)."""
+    return {"dropout_philox_rounds": kern.PHILOX_ROUNDS_SETTING, "dropout_backward": DROPOUT_BWD,
+            "compile_op": COMPILE_OP}
 
 
 def fused_dropout_backward(dropout_p: float) -> bool:

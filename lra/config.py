@@ -44,7 +44,9 @@ class ModelConfig:
     mlp_dim: int = 128               # hidden width of the block MLP and of the classifier head
     dropout: float = 0.1             # embedding, residual and MLP dropout
     attention_dropout: float = 0.1   # passed to the attention as its `dropout` context option
-    positional: Literal["learned", "sinusoidal", "none"] = "learned"
+    # learned = one vector per position (the paper setting); axial = learned row + column vectors
+    # summed (pixel tasks only; lra/positional.py); sinusoidal = fixed; none.
+    positional: Literal["learned", "axial", "sinusoidal", "none"] = "learned"
     # Learned positions of pixel tasks are a (H, W, dim) grid, so a checkpoint can be upsampled to a
     # larger image by grid duplication (Path-64 -> Path-X). False: one flat (N, dim) table.
     grid_positions: bool = True
@@ -495,7 +497,7 @@ def validate(config: RunConfig) -> None:
         if d.difficulty not in DIFFICULTIES:
             raise ValueError(f"data.difficulty must be one of {', '.join(DIFFICULTIES)} (contour length 6, 9, 14) "
                              f"or none, got {d.difficulty!r}")
-    if d.augment != "none" or m.pixel_embedding != "token":
+    if d.augment != "none" or m.pixel_embedding != "token" or m.positional == "axial":
         from tasks.registry import TASKS, check_augment  # light: dataclasses only
 
         spec = TASKS.get(config.task)  # an unknown task is reported where the task is built
@@ -504,6 +506,9 @@ def validate(config: RunConfig) -> None:
             if m.pixel_embedding != "token" and not spec.is_pixel:
                 raise ValueError(f"model.pixel_embedding={m.pixel_embedding} applies to pixel tasks (image, "
                                  f"Pathfinder, Path-X, Path-256) only, not {config.task}")
+            if m.positional == "axial" and not spec.is_pixel:
+                raise ValueError(f"model.positional=axial (learned row + column vectors) applies to pixel tasks "
+                                 f"(image, Pathfinder, Path-X, Path-256) only, not {config.task}")
     if t.max_minutes is not None and not t.max_minutes > 0:
         raise ValueError(f"train.max_minutes must be > 0 (or none), got {t.max_minutes}")
     for key, value in {"data.seq_len": d.seq_len, "data.limit_train": d.limit_train,

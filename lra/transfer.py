@@ -44,7 +44,7 @@ from torch import nn
 from lra.config import (PRESET_DIR, ModelConfig, RunConfig, RunLocation, parse_overrides, read_yaml_mapping,
                         resolve)
 from lra.model import DataSpec, MultiHeadSelfAttention
-from lra.positional import GridPositionalEmbedding, upsample_grid
+from lra.positional import AxialPositionalEmbedding, GridPositionalEmbedding, upsample_axial, upsample_grid
 from lra.records import RECORD_NAME, atomic_write_text, read_record
 
 # Lightning checkpoints of `LraModule` prefix every weight with the attribute holding the network.
@@ -186,15 +186,15 @@ def check_compatible(source: SourceCheckpoint, model_config: ModelConfig, data_s
         return 1  # nothing to upsample: every positional kind copies as it is
     where = f"checkpoint {source.path} ({source.describe()})"
     target = (_size(data_spec.image_shape) if data_spec.image_shape else f"{data_spec.max_len} tokens")
-    if src_cfg.positional != "learned":
+    if src_cfg.positional not in ("learned", "axial"):
         raise IncompatibleCheckpoint(f"{where} uses {src_cfg.positional} positions, which have no learned 2-D grid "
                                      f"to upsample to {target}; transfer needs model.positional=learned with "
-                                     f"model.grid_positions=true")
+                                     f"model.grid_positions=true (or model.positional=axial)")
     for side, cfg, spec in (("checkpoint", src_cfg, src_spec), ("target model", model_config, data_spec)):
         if spec.image_shape is None:
             raise IncompatibleCheckpoint(f"{where}: the {side} is not of an image task ({spec.max_len} tokens, "
                                          f"no image shape), so its positions cannot be upsampled by grid duplication")
-        if not cfg.grid_positions:
+        if cfg.positional == "learned" and not cfg.grid_positions:
             raise IncompatibleCheckpoint(f"{where}: the {side} has flat learned positions (model.grid_positions="
                                          f"false), not a 2-D grid; grid duplication needs model.grid_positions=true")
     try:
@@ -246,6 +246,9 @@ def transferred_state_dict(source: SourceCheckpoint, net: nn.Module, factor: int
     target = net.state_dict()
     grid_keys = {f"{name}.weight" for name, module in net.named_modules()
                  if isinstance(module, GridPositionalEmbedding)}
+    # axial positions: rows and columns, each duplicated factor times (= grid duplication of their sum)
+    axial_keys = {f"{name}.{axis}" for name, module in net.named_modules()
+                  if isinstance(module, AxialPositionalEmbedding) for axis in ("rows", "cols")}
     cores = _core_prefixes(net)
     report = TransferReport(source=str(source.path), source_run=source.describe(), factor=factor)
     missing = [k for k in target if k not in source.state_dict]
@@ -281,6 +284,12 @@ def transferred_state_dict(source: SourceCheckpoint, net: nn.Module, factor: int
                                              f"not an (H, W, dim) grid")
             value = upsample_grid(value, factor)
             report.upsampled.append(key)
+        elif key in axial_keys and factor != 1:
+            if value.dim() != 2:
+                raise IncompatibleCheckpoint(f"checkpoint {source.path}: {key} has shape {tuple(value.shape)}, "
+                                             f"not an (L, dim) axis table")
+            value = upsample_axial(value, factor)
+            report.upsampled.append(key)
         if value.shape != ref.shape:
             after = f" after {factor}x{factor} grid duplication" if key in report.upsampled else ""
             owner = (f" (state of the attention mechanism: {source.config.attention} in the checkpoint; it depends "
@@ -289,7 +298,7 @@ def transferred_state_dict(source: SourceCheckpoint, net: nn.Module, factor: int
                                          f"but the model needs {tuple(ref.shape)}{owner}")
         state[key] = value.to(dtype=ref.dtype) if value.is_floating_point() else value
         report.copied += 1
-    if grid_keys and factor != 1 and not report.upsampled:
+    if (grid_keys or axial_keys) and factor != 1 and not report.upsampled:
         raise IncompatibleCheckpoint(f"checkpoint {source.path}: no grid positional table to upsample")
     return state, report
 

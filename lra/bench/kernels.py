@@ -499,7 +499,7 @@ def run(args) -> int:
     meta["settings"] = {k: v for k, v in vars(args).items() if k != "func"}
     meta["settings"]["cuda"] = torch.version.cuda
     meta["settings"]["cudnn"] = torch.backends.cudnn.version()
-    meta.update(kernels.ops.dropout_settings())
+    meta.update(kernels.ops.kernel_settings())
     if args.tiles:
         meta["tiles_from"] = args.tiles
         for path in args.tiles.split(","):

@@ -425,6 +425,8 @@ def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
     ]
     if meta["settings"].get("compile_mode", "default") != "default":
         head.append(f"- Compiled cells: torch.compile mode={meta['settings']['compile_mode']}.")
+    if meta.get("compile_op", "custom_op") != "custom_op":
+        head.append(f"- Our kernels under torch.compile: `{meta['compile_op']}` form ($LRA_KERNELS_COMPILE_OP).")
     if meta["settings"].get("options"):
         head.append("- Attention options: " + "; ".join(
             f"{a}: " + ", ".join(f"{k}={v}" for k, v in o.items()) for a, o in meta["settings"]["options"].items()))
@@ -470,7 +472,7 @@ def run(args) -> int:
                 bench_device=str(device))
     import kernels  # our kernels' attention-dropout settings in force (flash, flash_sparse)
 
-    meta.update(kernels.ops.dropout_settings())
+    meta.update(kernels.ops.kernel_settings())
     atomic_write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n")
 
     console = Console(stderr=True)

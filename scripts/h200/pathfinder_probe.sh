@@ -21,7 +21,16 @@
 # SET=augment (session 6, after every control memorised too): does denying memorisation help? Two
 # runs of the paper setting on 200,000 easy training images (N=250000), one GPU: G1 with the
 # dihedral augmentation (data.augment=dihedral: every image in its 8 rotations / mirrors), G2 without.
-# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [SET=probes|full|controls|augment] [N=...] [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
+# SET=embed (session 7; every token-embedding probe memorised or fitted nothing): how pixels and
+# positions enter the model, eight runs on easy images (N=100000: 80,000 training images), four per
+# GPU. model.pixel_embedding=linear (the intensity times a learned vector: no rare-intensity tokens to
+# memorise an image by) and model.positional=axial (learned row + column vectors: 2-D neighbourhood
+# from the start, instead of 1,024 free vectors), alone and together, without dropout, with the
+# dihedral augmentation, at lr 1e-3, and in a 4-layer dim-128 model:
+#   GPU 0: H1 linear, H2 linear without dropout, H3 axial, H4 axial + linear
+#   GPU 1: H5 linear + dihedral, H6 axial + linear + dihedral, H7 wide (dim 128, 4 layers, 4 heads
+#          x 32, MLP 256, lr 2e-4) axial + linear, H8 axial + linear at lr 1e-3
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> [SET=probes|full|controls|augment|embed] [N=...] [PROBE_MIN=6.5] bash scripts/h200/pathfinder_probe.sh
 # CPU check of the commands (tiny data, a few steps, sdpa): DRY=1 OUT=/tmp/o KEEP=/tmp/k bash scripts/h200/pathfinder_probe.sh
 RECIPE=pathfinder_probe
 source "$(dirname "$0")/lib.sh"
@@ -40,7 +49,7 @@ say "data: Pathfinder-32, $N images per difficulty ($SET)"
 CORES=$(nproc)
 if [[ "$SET" == full ]]; then
   lra data generate pathfinder32 --n "$N" --out "$DATA" --workers "$CORES" > "$WORK/data_hard.log" 2>&1
-elif [[ "$SET" == controls || "$SET" == augment ]]; then
+elif [[ "$SET" == controls || "$SET" == augment || "$SET" == embed ]]; then
   lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers "$CORES" \
       > "$WORK/data_easy.log" 2>&1
 else
@@ -91,6 +100,25 @@ elif [[ "$SET" == controls ]]; then
 elif [[ "$SET" == augment ]]; then
   lane0() { probe G1_easy_dihedral 256 1e-4 data.difficulty=easy data.augment=dihedral; }
   lane1() { probe G2_easy_plain 256 1e-4 data.difficulty=easy; }
+elif [[ "$SET" == embed ]]; then
+  E=(data.difficulty=easy)
+  LIN=(model.pixel_embedding=linear)
+  AX=(model.positional=axial)
+  WIDE=(model.dim=128 model.depth=4 model.num_heads=4 model.head_dim=32 model.mlp_dim=256)
+  lane0() {
+    probe H1_easy_linear 256 1e-4 "${E[@]}" "${LIN[@]}" &
+    probe H2_easy_linear_no_dropout 256 1e-4 "${E[@]}" "${LIN[@]}" model.dropout=0 model.attention_dropout=0 &
+    probe H3_easy_axial 256 1e-4 "${E[@]}" "${AX[@]}" &
+    probe H4_easy_axial_linear 256 1e-4 "${E[@]}" "${AX[@]}" "${LIN[@]}" &
+    wait
+  }
+  lane1() {
+    probe H5_easy_linear_dihedral 256 1e-4 "${E[@]}" "${LIN[@]}" data.augment=dihedral &
+    probe H6_easy_axial_linear_dihedral 256 1e-4 "${E[@]}" "${AX[@]}" "${LIN[@]}" data.augment=dihedral &
+    probe H7_easy_wide_axial_linear 256 2e-4 "${E[@]}" "${AX[@]}" "${LIN[@]}" "${WIDE[@]}" &
+    probe H8_easy_axial_linear_lr1e-3 256 1e-3 "${E[@]}" "${AX[@]}" "${LIN[@]}" &
+    wait
+  }
 else
   lane0() { probe P1_easy_b256_lr1e-4 256 1e-4 data.difficulty=easy & probe P2_hard_b64_lr1e-4 64 1e-4 & wait; }
   lane1() { probe P3_hard_b256_lr1e-3 256 1e-3 & probe P4_hard_b64_lr5e-4 64 5e-4 & wait; }

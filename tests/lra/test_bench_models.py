@@ -73,6 +73,7 @@ def test_tiny_cpu_run_writes_valid_records(tmp_path, monkeypatch, one_thread):
     assert list(frame.columns) == models.CSV_COLUMNS
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["dropout_backward"] in ("fused", "split") and meta["dropout_philox_rounds"] in (7, 10)
+    assert meta["compile_op"] in ("custom_op", "triton_op")
     assert len(frame) == len(attentions) * 2
     ok = frame[frame["status"] == "ok"]
     assert set(ok["attention"]) == {"softmax", "sdpa", "performer"}

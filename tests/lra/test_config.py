@@ -187,6 +187,14 @@ def test_pixel_embedding_changes_ids_only_when_set():
         resolve("listops", "softmax", preset="smoke", overrides=["model.pixel_embedding=linear"])
 
 
+def test_axial_positions_are_for_pixel_tasks():
+    plain = resolve("pathfinder32", "softmax", preset="smoke")
+    axial = resolve("pathfinder32", "softmax", preset="smoke", overrides=["model.positional=axial"])
+    assert axial.model.positional == "axial" and axial.run_id() != plain.run_id()
+    with pytest.raises(ValueError, match="positional=axial .* applies to pixel tasks .* not listops"):
+        resolve("listops", "softmax", preset="smoke", overrides=["model.positional=axial"])
+
+
 def test_augment_is_data_config_validated_per_task_and_changes_ids_only_when_set():
     plain = resolve("pathfinder32", "softmax", preset="smoke")
     assert plain.data.augment == "none" and "augment" not in plain.identity()["data"]

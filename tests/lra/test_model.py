@@ -10,7 +10,7 @@ from torch import nn
 from lra import attention as registry
 from lra.config import ModelConfig
 from lra.model import DataSpec, DualEncoderClassifier, Encoder, SequenceClassifier, build_model
-from lra.positional import (GridPositionalEmbedding, LearnedPositionalEmbedding,
+from lra.positional import (AxialPositionalEmbedding, GridPositionalEmbedding, LearnedPositionalEmbedding,
                             SinusoidalPositionalEmbedding, upsample_grid)
 
 TINY = ModelConfig(dim=16, depth=2, num_heads=2, head_dim=8, mlp_dim=32, dropout=0.0, attention_dropout=0.0)
@@ -160,6 +160,24 @@ def test_upsample_grid_is_exact_duplication():
     torch.testing.assert_close(up[..., 0], expected)
     with pytest.raises(ValueError):
         upsample_grid(w.reshape(6, 1), 2)
+
+
+def test_axial_positions_sum_a_row_and_a_column_vector():
+    cfg = ModelConfig(dim=8, depth=1, num_heads=2, head_dim=4, mlp_dim=8, positional="axial")
+    spec = DataSpec(vocab_size=256, num_classes=2, max_len=12, image_shape=(3, 4))
+    model = build_model(cfg, spec, attention="softmax")
+    pos = model.encoder.positions
+    assert isinstance(pos, AxialPositionalEmbedding)
+    assert pos.rows.shape == (3, 8) and pos.cols.shape == (4, 8)
+    table = pos(torch.zeros(1, 12, 8))[0]
+    for token in range(12):  # row-major: token i*W + j is pixel (i, j)
+        i, j = divmod(token, 4)
+        assert torch.equal(table[token], pos.rows[i] + pos.cols[j])
+    assert model(torch.randint(0, 256, (2, 12))).shape == (2, 2)
+    with pytest.raises(ValueError, match="axial positions expect 3x4 = 12 pixel tokens, got 10"):
+        pos(torch.zeros(1, 10, 8))
+    with pytest.raises(ValueError, match="applies to pixel tasks"):
+        build_model(cfg, DataSpec(vocab_size=20, num_classes=2, max_len=12), attention="softmax")
 
 
 def test_sinusoidal_and_no_positions():

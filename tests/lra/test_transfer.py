@@ -114,6 +114,30 @@ def test_upsampled_model_on_upsampled_image_gives_identical_logits(tmp_path, fac
         assert not torch.allclose(big(upsampled), expected, atol=1e-4)
 
 
+@pytest.mark.parametrize("factor", [2, 4])
+def test_axial_positions_transfer_by_duplicating_rows_and_columns(tmp_path, factor):
+    """model.positional=axial: rows and columns are each duplicated factor times, which is grid
+    duplication of their summed table; the exact logits property holds as for the full grid."""
+    axial = dataclasses.replace(TINY, positional="axial")
+    side = 5
+    small_spec, big_spec = spec_for(side), spec_for(side * factor)
+    small = network(axial, small_spec)
+    ckpt = save_checkpoint(tmp_path / "axial.ckpt", small, axial, small_spec)
+    big = network(axial, big_spec, seed=4)
+    report = transfer.load_initial_weights(big, ckpt, model_config=axial, data_spec=big_spec)
+    assert sorted(report.upsampled) == ["encoder.positions.cols", "encoder.positions.rows"]
+    grid_small, grid_big = small.encoder.positions.grid(), big.encoder.positions.grid()
+    for i in range(side * factor):
+        for j in range(side * factor):
+            assert torch.equal(grid_big[i, j], grid_small[i // factor, j // factor])
+    tokens = torch.randint(0, 256, (3, side * side), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(big(nearest_upsample(tokens, side, factor)), small(tokens),
+                                   rtol=1e-11, atol=1e-12)
+    # a grid-position model does not take an axial checkpoint (and vice versa)
+    refuse(ckpt, TINY, big_spec, r"positional embedding \(model.positional\) axial in the checkpoint vs learned here")
+
+
 def test_exact_property_holds_through_our_flash_kernel(tmp_path):
     """The same property with the Triton FlashAttention kernel (interpreter on CPU, float32)."""
     side, factor = 4, 2
