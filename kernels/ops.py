@@ -393,7 +393,7 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
         *_sparse_strides(dkdv_indices, dkdv_counts),
         H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
-        **tma_flags, **(dict(FUSED_DQ=True) if fused_dq else {}), num_warps=t.num_warps, num_stages=t.num_stages,
+        **tma_flags, FUSED_DQ=fused_dq, num_warps=t.num_warps, num_stages=t.num_stages,
     )
     if fused_dq:
         return dq_acc.to(q.dtype), dk, dv

@@ -325,6 +325,11 @@ def flash_fwd_kernel(
     """``USE_TMA``: Q_DESC/K_DESC/V_DESC are 4-D TMA descriptors of Q/K/V with (1, 1, BLOCK_M or
     BLOCK_N, BLOCK_D) blocks that load the Q tile and the loop's K/V tiles (otherwise unused; the
     pointers serve); ``WARP_SPEC``: warp-specialise the unmasked loop."""
+    # float scalars: float32 whatever the caller typed them as (Inductor types a Python float as
+    # fp64 when it launches the kernel itself under the triton_op form, which would make the
+    # softmax statistics and the accumulator float64)
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    drop_scale = tl.cast(drop_scale, tl.float32)
     pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
     b = pid_bh // H
     h = pid_bh % H
@@ -512,6 +517,10 @@ def flash_bwd_dkdv_kernel(
     float32 (B, H, N_Q, HEAD_DIM) buffer, with ``tl.atomic_add`` (the dQ kernel is then not
     launched); otherwise ``DQ_ACC`` is unused. The order of those float32 additions varies from run
     to run, so dQ is not deterministic in its last bits; dK and dV are computed exactly as without."""
+    # float scalars: float32 (see flash_fwd_kernel)
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    sm_scale = tl.cast(sm_scale, tl.float32)
+    drop_scale = tl.cast(drop_scale, tl.float32)
     # dense: natural order (causal key tiles are not reversed)
     pid_n, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
     b32 = pid_bh // H
@@ -666,6 +675,10 @@ def flash_bwd_dq_kernel(
     """``USE_TMA``: Q_DESC/K_DESC/V_DESC/DO_DESC are 4-D TMA descriptors of Q/K/V/dO with (1, 1,
     BLOCK_M (Q, dO) or BLOCK_N (K, V), BLOCK_D) blocks that load the Q/dO tiles and the loop's K/V
     tiles; ``WARP_SPEC``: warp-specialise the unmasked loop."""
+    # float scalars: float32 (see flash_fwd_kernel)
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    sm_scale = tl.cast(sm_scale, tl.float32)
+    drop_scale = tl.cast(drop_scale, tl.float32)
     pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
     b32 = pid_bh // H
     h32 = pid_bh % H
