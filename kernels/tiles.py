@@ -125,9 +125,19 @@ _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
     64: PassTiles(64, 128, 8, 3),
 }
 # 16-bit block-sparse calls without dropout: entries here replace _GPU_16BIT's for them (before the
-# clamp to the block size). Empty until `python -m kernels.tuning --sparse LAYOUT` has measured an
-# entry that beats the dense one on the sparse kernel (load it with $LRA_KERNEL_TILES).
-_GPU_16BIT_SPARSE: dict[int, Tiles] = {}
+# clamp to the block size). Measured with `python -m kernels.tuning --sparse bigbird --block-size 128
+# --head-dims 32,64 --seq-lens 4096,16384` on the H200 (session 7, git 8632699;
+# results/kernels/tuning/tuning_sparse_bigbird_h200.json; ms at 4K / 16K, tuned vs the dense entry):
+# d = 32 fwd (128, 128, 4, 3) 0.728 / 0.822 vs 0.743 / 0.849, dK/dV (64, 128, 4, 3) 1.600 / 1.824 vs
+# 1.756 / 2.080, dQ unchanged; d = 64 fwd (128, 128, 4, 3) 0.460 / 0.559 vs 0.461 / 0.585, dK/dV
+# (64, 64, 4, 3) 1.562 / 1.751 vs 1.593 / 1.916, dQ (64, 64, 4, 3) 1.309 / 1.466 vs 1.576 / 1.762.
+# Re-measured at d = 32 against FlexAttention in the same call (results/kernels/sparse_tuned_d32_h200.*):
+# block-sparse backward 10-14 % faster, forward within +-3 %. 16 reuses 32's.
+_GPU_16BIT_SPARSE: dict[int, Tiles] = {
+    16: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
+    32: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
+    64: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
+}
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
 
 TILES_ENV = "LRA_KERNEL_TILES"

@@ -17,8 +17,8 @@ from kernels import ops
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the trace uses fake CUDA tensors of a GPU-less machine; on the "
-                    "H200 (torch 2.11) the experimental triton_op path fails, see kernels/ops.py")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the trace uses fake CUDA tensors of a GPU-less machine; on a "
+                    "GPU the compile tests (test_compile.py, tests/lra/test_model_compile.py) run the real form")
 def test_triton_op_decomposes_into_the_kernel_launches():
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "kernels" / "triton_op_trace.py")], cwd=ROOT, env=env,
@@ -35,7 +35,17 @@ def test_triton_op_decomposes_into_the_kernel_launches():
 
 
 def test_compile_op_kind_is_chosen_once_and_overridable(monkeypatch):
-    assert ops.COMPILE_OP == "custom_op"  # the default everywhere (triton_op is opt-in)
+    # the default: triton_op where CUDA runs compiled kernels, custom_op otherwise
+    assert ops.COMPILE_OP == ("triton_op" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
+                              else "custom_op")
+    monkeypatch.delenv(ops.COMPILE_OP_ENV, raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert ops._compile_op_kind() == "custom_op"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert ops._compile_op_kind() == "triton_op"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ops._compile_op_kind() == "custom_op"
     monkeypatch.setenv(ops.COMPILE_OP_ENV, "custom_op")
     assert ops._compile_op_kind() == "custom_op"
     monkeypatch.setenv(ops.COMPILE_OP_ENV, "triton")

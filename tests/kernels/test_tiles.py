@@ -83,12 +83,15 @@ def test_the_one_pass_dropout_backward_has_its_own_dkdv_tiles(tmp_path, restore_
 def test_block_sparse_tuning_fills_its_own_table(tmp_path, restore_tables):
     cuda = torch.device("cuda")
     dense = tiles.select(cuda, torch.bfloat16, 32)
-    assert tiles.select(cuda, torch.bfloat16, 32, 128) == dense.clamped(128)   # empty table: the dense entry
+    shipped = tiles._GPU_16BIT_SPARSE[32]                                   # measured on the H200
+    assert shipped != dense and tiles.select(cuda, torch.bfloat16, 32, 128) == shipped.clamped(128)
+    assert 128 not in tiles._GPU_16BIT_SPARSE                               # not measured: the dense entry
+    assert tiles.select(cuda, torch.bfloat16, 128, 128) == tiles.select(cuda, torch.bfloat16, 128).clamped(128)
     lines = tiles.load_tuning(_write(tmp_path, "sparse.json", {"fwd": [128, 128, 8, 3]}, head_dim=32,
                                      sparse={"layout": "bigbird", "block_size": 128}))
     assert "d=32 block-sparse" in lines[0]
     got = tiles.select(cuda, torch.bfloat16, 32, 128)
-    assert got.fwd == tiles.PassTiles(128, 128, 8, 3) and (got.dkdv, got.dq) == (dense.dkdv, dense.dq)
+    assert got.fwd == tiles.PassTiles(128, 128, 8, 3) and (got.dkdv, got.dq) == (shipped.dkdv, shipped.dq)
     assert tiles.select(cuda, torch.bfloat16, 32, 64).fwd == tiles.PassTiles(64, 64, 8, 3)  # clamped
     assert tiles.select(cuda, torch.bfloat16, 32) == dense                               # dense calls keep theirs
     assert tiles.select(cuda, torch.bfloat16, 32, 128, dropout=True) == \
