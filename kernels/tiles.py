@@ -132,7 +132,7 @@ _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
 # 1.756 / 2.080, dQ unchanged; d = 64 fwd (128, 128, 4, 3) 0.460 / 0.559 vs 0.461 / 0.585, dK/dV
 # (64, 64, 4, 3) 1.562 / 1.751 vs 1.593 / 1.916, dQ (64, 64, 4, 3) 1.309 / 1.466 vs 1.576 / 1.762.
 # Re-measured at d = 32 against FlexAttention in the same call (results/kernels/sparse_tuned_d32_h200.*):
-# block-sparse backward 10-14 % faster, forward within +-3 %. 16 reuses 32's.
+# block-sparse backward 10-14 % faster, forward within -3 / +4 %. 16 reuses 32's.
 _GPU_16BIT_SPARSE: dict[int, Tiles] = {
     16: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
     32: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),

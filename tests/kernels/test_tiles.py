@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from kernel_helpers import DEVICE
 
 from kernels import tiles
 
@@ -133,7 +134,7 @@ def test_sparse_tuning_times_the_block_sparse_kernel_with_clamped_candidates(mon
 
     calls = []
     monkeypatch.setattr(tuning, "_inputs", lambda n, d, tokens, hidden, dtype: tuple(
-        torch.randn(1, 1, n, d, dtype=torch.float32, requires_grad=True) for _ in range(3)))
+        torch.randn(1, 1, n, d, dtype=torch.float32, device=DEVICE, requires_grad=True) for _ in range(3)))
 
     def run_once(fn, grads=None):
         fn()
