@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Device call (issues #2, #8), prepared in session 7, not run yet: the cells the committed grids
+# still lack.
+#   GPU 0 (#2): dense kernel, ours vs SDPA flash / cuDNN and FlexAttention, d = 32 and 64 at
+#     N = 32K and 64K (never reached by a call's budget: results/kernels/README.md) and 1K (the
+#     d = 64 fwd+bwd cell at 1.25x SDPA-flash, measured before the eager fast path, ac2cd77).
+#   GPU 1 (#8): the model step at the paper batch, flash vs sdpa: 2K and 8K eager and compiled
+#     (the one-pass dropout backward was measured at 1K / 4K / 16K only), and CUDA graphs at 1K / 4K /
+#     16K (with the triton_op form, the default on CUDA since session 7).
+# Usage (device, kind nvidia-h200-x2): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=540 bash scripts/h200/grid_fill.sh
+RECIPE=grid_fill
+source "$(dirname "$0")/lib.sh"
+MB=(python3 -m lra bench models --regimes paper --attentions flash sdpa --steps 30 --warmup 10)
+
+lane0() {
+  say "dense kernels, d = 32 and 64, N = 1K, 32K, 64K"
+  timeout -k 5 "$(left 5)" python3 -m lra bench kernels --impls ours,sdpa_flash,sdpa_cudnn,flex --head-dims 32,64 \
+      --seq-lens 1k,32k,64k --sparse-layouts none --approx none --flex-dynamic --warmup 10 --rep 50 \
+      --time-budget "$(left 30)" --out "$WORK" --name dense_fill
+  say "lane 0 done"
+}
+
+lane1() {
+  say "model step, paper batch, 2K and 8K, eager and compiled"
+  timeout -k 5 "$(left 150)" "${MB[@]}" --modes eager compiled --seq-lens 2048 8192 --out "$WORK/paper_2k_8k.csv"
+  say "model step, paper batch, CUDA graphs"
+  timeout -k 5 "$(left 5)" "${MB[@]}" --modes compiled --compile-mode reduce-overhead --seq-lens 1024 4096 16384 \
+      --out "$WORK/paper_cudagraphs.csv"
+  say "lane 1 done"
+}
+
+run_lanes lane0 lane1
+pack
