@@ -62,6 +62,12 @@ def collect(device: str | None = None) -> dict:
         }
     # Read after the kernels were imported: without CUDA, `import kernels` turns the interpreter on.
     out["triton_interpret"] = os.environ.get("TRITON_INTERPRET", "unset")
+    try:
+        import kernels
+
+        out["kernel_settings"] = kernels.ops.kernel_settings()
+    except Exception as err:  # noqa: BLE001 - reported, like a broken registry
+        out["kernel_settings"] = {"error": f"{type(err).__name__}: {err}"}
     return out
 
 
@@ -77,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
     note = " (Triton kernels run on CPU through the interpreter: correct, slow)" if interp == "1" else ""
     print(f"TRITON_INTERPRET={interp}{note}")
     print(f"git        {info['git_rev']}")
+    ks = info.get("kernel_settings", {})
+    if "error" in ks:
+        print(f"kernels    failed to import: {ks['error']}")
+    elif ks:
+        print(f"kernels    torch.compile sees them as {ks['compile_op']} ops ($LRA_KERNELS_COMPILE_OP); dropout backward "
+              f"{ks['dropout_backward']} ($LRA_DROPOUT_BWD), {ks['dropout_philox_rounds']} Philox rounds ($LRA_DROPOUT_RNG)")
     if "registry_error" in info:
         print(f"\nattention registry failed to import: {info['registry_error']}")
         return 1

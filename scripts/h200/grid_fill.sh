@@ -6,7 +6,8 @@
 #     d = 64 fwd+bwd cell at 1.25x SDPA-flash, measured before the eager fast path, ac2cd77).
 #   GPU 1 (#8): the model step at the paper batch, flash vs sdpa: 2K and 8K eager and compiled
 #     (the one-pass dropout backward was measured at 1K / 4K / 16K only), and CUDA graphs at 1K / 4K /
-#     16K (with the triton_op form, the default on CUDA since session 7).
+#     16K (with the triton_op form, the default on CUDA since session 7); then a torch.profiler trace of
+#     the small batch at 1K compiled, flash vs sdpa (CPU-bound there: results/models/triton_op/).
 # Usage (device, kind nvidia-h200-x2): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=540 bash scripts/h200/grid_fill.sh
 RECIPE=grid_fill
 source "$(dirname "$0")/lib.sh"
@@ -24,8 +25,11 @@ lane1() {
   say "model step, paper batch, 2K and 8K, eager and compiled"
   timeout -k 5 "$(left 150)" "${MB[@]}" --modes eager compiled --seq-lens 2048 8192 --out "$WORK/paper_2k_8k.csv"
   say "model step, paper batch, CUDA graphs"
-  timeout -k 5 "$(left 5)" "${MB[@]}" --modes compiled --compile-mode reduce-overhead --seq-lens 1024 4096 16384 \
+  timeout -k 5 "$(left 60)" "${MB[@]}" --modes compiled --compile-mode reduce-overhead --seq-lens 1024 4096 16384 \
       --out "$WORK/paper_cudagraphs.csv"
+  say "profile: small batch, 1K, compiled (where the host time of the CPU-bound step goes)"
+  timeout -k 5 "$(left 5)" python3 -m lra bench models --regimes small --modes compiled --attentions flash sdpa \
+      --seq-lens 1024 --steps 20 --warmup 10 --profile "$WORK/profiles" --out "$WORK/small_profile.csv"
   say "lane 1 done"
 }
 

@@ -75,3 +75,7 @@ def test_info_reports_versions_device_and_attentions(capsys):
     info = collect("cpu")
     assert set(info["attentions"]) == set(attention.available())
     assert all(isinstance(v["can_run"], bool) and v["reason"] for v in info["attentions"].values())
+    from kernels import ops
+
+    assert info["kernel_settings"] == ops.kernel_settings()
+    assert f"torch.compile sees them as {ops.COMPILE_OP} ops" in out and f"dropout backward {ops.DROPOUT_BWD}" in out
