@@ -11,11 +11,10 @@ checkpoint transferable to a larger image by grid duplication (`upsample_grid`, 
 Path-64 -> Path-X / Path-256 in the FlashAttention paper's recipe).
 
 `AxialPositionalEmbedding` (pixel tasks, `model.positional=axial`) learns one vector per row and one
-per column and adds them: position (i, j) gets row[i] + col[j] (the factorised 2-D embedding of
-Image Transformer-style axial models; Ho et al. 2019, "Axial Attention in Multidimensional
-Transformers", Sec. 3). Pixels of the same row or column share a component, so the model starts
-with a notion of 2-D neighbourhood that a free (H, W, dim) table has to learn pixel by pixel. Not
-the paper setting; an option for the Pathfinder learnability probes (results/pathfinder/). It is a
+per column and adds them: position (i, j) gets row[i] + col[j], a factorised 2-D embedding. Pixels
+of the same row or column share a component, so the model starts with a notion of 2-D
+neighbourhood that a free (H, W, dim) table has to learn pixel by pixel. Not the papers' setting;
+an option for the Pathfinder learnability probes (results/pathfinder/). It is a
 grid too: duplicating each row and column vector `factor` times is exactly grid duplication of the
 summed (H, W, dim) table (`upsample_axial`).
 """
