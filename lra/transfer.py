@@ -244,11 +244,13 @@ def transferred_state_dict(source: SourceCheckpoint, net: nn.Module, factor: int
     may be absent on one side — e.g. Performer's random features when the checkpoint was trained
     with FlashAttention — and is then left as the model built it; everything else must match."""
     target = net.state_dict()
-    grid_keys = {f"{name}.weight" for name, module in net.named_modules()
-                 if isinstance(module, GridPositionalEmbedding)}
-    # axial positions: rows and columns, each duplicated factor times (= grid duplication of their sum)
-    axial_keys = {f"{name}.{axis}" for name, module in net.named_modules()
-                  if isinstance(module, AxialPositionalEmbedding) for axis in ("rows", "cols")}
+    # key -> (rank, what it is, its grid duplication): the (H, W, dim) grid tables, and the rows and
+    # columns of axial positions, each duplicated factor times (= grid duplication of their sum)
+    upsample = {f"{name}.weight": (3, "an (H, W, dim) grid", upsample_grid) for name, module in net.named_modules()
+                if isinstance(module, GridPositionalEmbedding)}
+    upsample.update({f"{name}.{axis}": (2, "an (L, dim) axis table", upsample_axial)
+                     for name, module in net.named_modules() if isinstance(module, AxialPositionalEmbedding)
+                     for axis in ("rows", "cols")})
     cores = _core_prefixes(net)
     report = TransferReport(source=str(source.path), source_run=source.describe(), factor=factor)
     missing = [k for k in target if k not in source.state_dict]
@@ -278,17 +280,12 @@ def transferred_state_dict(source: SourceCheckpoint, net: nn.Module, factor: int
                                              f"but the model needs a {type(ref).__name__}")
             state[key] = value  # a module's extra state (e.g. Performer's feature-redraw counters)
             continue
-        if key in grid_keys and factor != 1:
-            if value.dim() != 3:
+        if key in upsample and factor != 1:
+            rank, what, duplicate = upsample[key]
+            if value.dim() != rank:
                 raise IncompatibleCheckpoint(f"checkpoint {source.path}: {key} has shape {tuple(value.shape)}, "
-                                             f"not an (H, W, dim) grid")
-            value = upsample_grid(value, factor)
-            report.upsampled.append(key)
-        elif key in axial_keys and factor != 1:
-            if value.dim() != 2:
-                raise IncompatibleCheckpoint(f"checkpoint {source.path}: {key} has shape {tuple(value.shape)}, "
-                                             f"not an (L, dim) axis table")
-            value = upsample_axial(value, factor)
+                                             f"not {what}")
+            value = duplicate(value, factor)
             report.upsampled.append(key)
         if value.shape != ref.shape:
             after = f" after {factor}x{factor} grid duplication" if key in report.upsampled else ""
@@ -298,7 +295,7 @@ def transferred_state_dict(source: SourceCheckpoint, net: nn.Module, factor: int
                                          f"but the model needs {tuple(ref.shape)}{owner}")
         state[key] = value.to(dtype=ref.dtype) if value.is_floating_point() else value
         report.copied += 1
-    if (grid_keys or axial_keys) and factor != 1 and not report.upsampled:
+    if upsample and factor != 1 and not report.upsampled:
         raise IncompatibleCheckpoint(f"checkpoint {source.path}: no grid positional table to upsample")
     return state, report
 

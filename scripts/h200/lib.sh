@@ -83,6 +83,17 @@ pack() {
   ls -la "$OUT"
 }
 
+# triton_op_compile_tests SECONDS: the torch.compile tests (dense and block-sparse, aot_eager and
+# Inductor) with our ops in the triton_op form, log in $WORK/pytest_triton_op.log; sets tests_rc
+triton_op_compile_tests() {
+  say "torch.compile tests with the triton_op form"
+  LRA_KERNELS_COMPILE_OP=triton_op timeout -k 5 "$1" python3 -m pytest -q -p no:cacheprovider \
+      tests/kernels/test_compile.py tests/lra/test_model_compile.py > "$WORK/pytest_triton_op.log" 2>&1
+  tests_rc=$?
+  tail -8 "$WORK/pytest_triton_op.log"
+  say "triton_op tests: exit $tests_rc"
+}
+
 # tuned tiles left on this machine by kernels.sh, for every later kernel call (kernels.tiles reads them)
 tiles=""
 for f in "$KEEP/tuning.json" "$KEEP/tuning128.json" "$KEEP/tuning_dropout.json"; do

@@ -12,6 +12,7 @@
 #    then sdpa-flash, so that drift shows as a difference between the two passes;
 # 3. compiled and CUDA graphs (reduce-overhead) with the triton_op form for flash, and sdpa's CUDA
 #    graphs anchor (only if the tests of 1. passed).
+# (The compile form is pinned per step: since session 7 triton_op is the default on CUDA.)
 # Usage (device, kind nvidia-h200): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=380 bash scripts/h200/small_batch_solo.sh
 RECIPE=small_batch_solo
 source "$(dirname "$0")/lib.sh"
@@ -19,16 +20,12 @@ export CUDA_VISIBLE_DEVICES=0
 MB=(python3 -m lra bench models --regimes small --seq-lens 1024 4096 16384 --steps 50 --warmup 10)
 
 {
-  say "torch.compile tests with the triton_op form"
-  LRA_KERNELS_COMPILE_OP=triton_op timeout -k 5 90 python3 -m pytest -q -p no:cacheprovider \
-      tests/kernels/test_compile.py tests/lra/test_model_compile.py > "$WORK/pytest_triton_op.log" 2>&1
-  tests_rc=$?
-  tail -15 "$WORK/pytest_triton_op.log"
-  say "triton_op tests: exit $tests_rc"
+  triton_op_compile_tests 90
   for order in "flash sdpa" "sdpa flash"; do
     tag=${order// /_}
     say "eager and compiled (custom_op), order: $order"
-    timeout -k 5 "$(left 150)" "${MB[@]}" --modes eager compiled --attentions $order --out "$WORK/small_$tag.csv"
+    LRA_KERNELS_COMPILE_OP=custom_op timeout -k 5 "$(left 150)" "${MB[@]}" --modes eager compiled --attentions $order \
+        --out "$WORK/small_$tag.csv"
   done
   if (( tests_rc == 0 )); then
     say "compiled, triton_op form: flash"
@@ -39,8 +36,8 @@ MB=(python3 -m lra bench models --regimes small --seq-lens 1024 4096 16384 --ste
         --attentions flash sdpa --out "$WORK/small_cudagraphs_triton_op.csv"
   else
     say "CUDA graphs (reduce-overhead), custom_op form: flash, then sdpa"
-    timeout -k 5 "$(left 5)" "${MB[@]}" --modes compiled --compile-mode reduce-overhead --attentions flash sdpa \
-        --out "$WORK/small_cudagraphs.csv"
+    LRA_KERNELS_COMPILE_OP=custom_op timeout -k 5 "$(left 5)" "${MB[@]}" --modes compiled --compile-mode reduce-overhead \
+        --attentions flash sdpa --out "$WORK/small_cudagraphs.csv"
   fi
   say "done"
 } > "$WORK/lane0.log" 2>&1

@@ -12,12 +12,7 @@ source "$(dirname "$0")/lib.sh"
 export CUDA_VISIBLE_DEVICES=0
 MB=(python3 -m lra bench models --seq-lens 1024 4096 16384 --steps 50 --warmup 10)
 {
-  say "torch.compile tests with the triton_op form"
-  LRA_KERNELS_COMPILE_OP=triton_op timeout -k 5 100 python3 -m pytest -q -p no:cacheprovider \
-      tests/kernels/test_compile.py tests/lra/test_model_compile.py > "$WORK/pytest_triton_op.log" 2>&1
-  tests_rc=$?
-  tail -8 "$WORK/pytest_triton_op.log"
-  say "triton_op tests: exit $tests_rc"
+  triton_op_compile_tests 100
   if (( tests_rc == 0 )); then
     say "small batch, CUDA graphs (reduce-overhead), triton_op: flash, sdpa"
     LRA_KERNELS_COMPILE_OP=triton_op timeout -k 5 "$(left 250)" "${MB[@]}" --regimes small --modes compiled \
