@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# Device calls (issue #7), prepared in session 6, not run yet: long Pathfinder-32 runs that cannot
-# memorise. Session 6's probes (results/pathfinder/README.md) showed the paper model memorising
-# 80,000-200,000 easy images in minutes while validation stays at chance, and — with the dihedral
-# augmentation (1.6M distinct training sequences) — neither memorising nor generalising within
-# 19.5K steps. Here both lanes train on easy images with data.augment=dihedral (batch 256, 312
-# warm-up steps, linear decay), validating on 2,000 images every 625 steps:
-#   GPU 0: the paper model (dim 64, 2 layers, 2 heads x 32) at lr 1e-4, the paper's full 62,500
-#          steps (~12.6 ms/step alone on an H200: ~14 min, two calls);
-#   GPU 1: the same with model.pixel_embedding=linear (pixel value / 255 times a learned vector,
-#          instead of 256 independent token vectors): with tokens, the rare anti-aliased intensities
-#          of each image are handles for memorising it; a continuous input has none and makes
-#          nearby intensities alike. Does either learn our images? (#7's transfer evidence needs one.)
+# Device calls (issue #7), prepared in session 6, revised in session 7, not run yet: the paper's full
+# schedule on easy images. Sessions 6-7 (results/pathfinder/README.md): in 7-8 minute probes the
+# paper model memorises 80,000-200,000 easy images while validation stays at chance; the dihedral
+# augmentation (1.6M distinct training sequences) stops the memorising without generalisation in
+# 19.5K steps; a continuous pixel embedding (model.pixel_embedding=linear) fits nothing at all in 15K
+# steps. What no probe could afford is the paper's length. Both lanes train the paper model (dim 64,
+# 2 layers, 2 heads x 32, token pixels, learned grid positions) on easy images at lr 1e-4, batch 256,
+# 312 warm-up steps, linear decay, for the paper's 62,500 steps (~12.6 ms/step alone on an H200: ~14
+# min, two calls), validating on 2,000 images every 625 steps:
+#   GPU 0: with data.augment=dihedral (cannot memorise: a rising training accuracy is generalisation);
+#   GPU 1: without augmentation (the paper setting exactly: does it generalise after memorising?).
 # WIDE=1: GPU 1 runs a larger model instead (dim 128, 4 layers, 4 heads x 32, MLP 256, lr 5e-4,
-# 20,000 steps; about 3x the step time, untimed).
+# 20,000 steps, dihedral; about 3x the step time: session 7's H7 ran 89.8 ms/step four to a GPU).
 # A run is longer than a call: each call trains until DEADLINE, then SIGINT makes Lightning save
 # last.ckpt; the next call resumes it (`lra train --resume`). Between calls the run tree travels:
 #   call:  run(command="OUT=$OUT LRA_GIT_REV=<rev> RUNS=.keep/runs DEADLINE=570 bash scripts/h200/pathfinder_augment_long.sh",
@@ -37,7 +36,7 @@ lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --worker
 long() {
   local name=$1 lr=$2 steps=$3; shift 3
   local cmd=(python3 -m lra train --task pathfinder32 --attention "$ATTN" --preset paper --runs-dir "$RUNS/$name"
-             --data-dir "$DATA" --no-progress --resume data.difficulty=easy data.augment=dihedral "optim.lr=$lr"
+             --data-dir "$DATA" --no-progress --resume data.difficulty=easy "optim.lr=$lr"
              "train.max_steps=$steps" optim.warmup_steps=312 train.val_check_interval=625
              "data.limit_train=$(( N * 8 / 10 ))" "data.limit_eval=$EVAL" "$@" "${EXTRA[@]}")
   say "$name: $(left 40) s"
@@ -45,11 +44,12 @@ long() {
   local rc=$?
   say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
 }
-lane0() { long L1_paper_dihedral 1e-4 62500; }
+lane0() { long L1_paper_dihedral 1e-4 62500 data.augment=dihedral; }
 if (( ${WIDE:-0} )); then
-  lane1() { long L2_wide4_dihedral 5e-4 20000 model.dim=128 model.depth=4 model.num_heads=4 model.head_dim=32 model.mlp_dim=256; }
+  lane1() { long L2_wide4_dihedral 5e-4 20000 data.augment=dihedral model.dim=128 model.depth=4 model.num_heads=4 \
+                 model.head_dim=32 model.mlp_dim=256; }
 else
-  lane1() { long L2_linear_pixels_dihedral 1e-4 62500 model.pixel_embedding=linear; }
+  lane1() { long L2_paper_plain 1e-4 62500; }
 fi
 if (( NGPU >= 2 )); then run_lanes lane0 lane1
 else (export CUDA_VISIBLE_DEVICES=0; lane0 & lane1 & wait) > "$WORK/lane0.log" 2>&1
