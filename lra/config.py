@@ -497,18 +497,19 @@ def validate(config: RunConfig) -> None:
         if d.difficulty not in DIFFICULTIES:
             raise ValueError(f"data.difficulty must be one of {', '.join(DIFFICULTIES)} (contour length 6, 9, 14) "
                              f"or none, got {d.difficulty!r}")
-    if d.augment != "none" or m.pixel_embedding != "token" or m.positional == "axial":
+    # model settings that only pixel tasks have a meaning for
+    pixel_only = [text for text, chosen in (
+        (f"model.pixel_embedding={m.pixel_embedding}", m.pixel_embedding != "token"),
+        ("model.positional=axial (learned row + column vectors)", m.positional == "axial")) if chosen]
+    if d.augment != "none" or pixel_only:
         from tasks.registry import TASKS, check_augment  # light: dataclasses only
 
         spec = TASKS.get(config.task)  # an unknown task is reported where the task is built
         if spec is not None:
             check_augment(spec, d.augment)
-            if m.pixel_embedding != "token" and not spec.is_pixel:
-                raise ValueError(f"model.pixel_embedding={m.pixel_embedding} applies to pixel tasks (image, "
-                                 f"Pathfinder, Path-X, Path-256) only, not {config.task}")
-            if m.positional == "axial" and not spec.is_pixel:
-                raise ValueError(f"model.positional=axial (learned row + column vectors) applies to pixel tasks "
-                                 f"(image, Pathfinder, Path-X, Path-256) only, not {config.task}")
+            if pixel_only and not spec.is_pixel:
+                raise ValueError(f"{pixel_only[0]} applies to pixel tasks (image, Pathfinder, Path-X, Path-256) only, "
+                                 f"not {config.task}")
     if t.max_minutes is not None and not t.max_minutes > 0:
         raise ValueError(f"train.max_minutes must be > 0 (or none), got {t.max_minutes}")
     for key, value in {"data.seq_len": d.seq_len, "data.limit_train": d.limit_train,

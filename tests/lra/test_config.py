@@ -178,21 +178,20 @@ def test_preset_file_errors_name_the_file(tmp_path, monkeypatch):
         load_preset("listops", "paper")
 
 
-def test_pixel_embedding_changes_ids_only_when_set():
+@pytest.mark.parametrize("key, default, value, default_hidden, error", [
+    ("pixel_embedding", "token", "linear", True, "pixel_embedding=linear applies to pixel tasks .* not listops"),
+    ("positional", "learned", "axial", False, "positional=axial .* applies to pixel tasks .* not listops"),
+])
+def test_pixel_only_model_options_change_ids_and_are_refused_for_token_tasks(key, default, value, default_hidden,
+                                                                             error):
     plain = resolve("pathfinder32", "softmax", preset="smoke")
-    assert plain.model.pixel_embedding == "token" and "pixel_embedding" not in plain.identity()["model"]
-    linear = resolve("pathfinder32", "softmax", preset="smoke", overrides=["model.pixel_embedding=linear"])
-    assert linear.model.pixel_embedding == "linear" and linear.run_id() != plain.run_id()
-    with pytest.raises(ValueError, match="pixel_embedding=linear applies to pixel tasks .* not listops"):
-        resolve("listops", "softmax", preset="smoke", overrides=["model.pixel_embedding=linear"])
-
-
-def test_axial_positions_are_for_pixel_tasks():
-    plain = resolve("pathfinder32", "softmax", preset="smoke")
-    axial = resolve("pathfinder32", "softmax", preset="smoke", overrides=["model.positional=axial"])
-    assert axial.model.positional == "axial" and axial.run_id() != plain.run_id()
-    with pytest.raises(ValueError, match="positional=axial .* applies to pixel tasks .* not listops"):
-        resolve("listops", "softmax", preset="smoke", overrides=["model.positional=axial"])
+    assert getattr(plain.model, key) == default
+    if default_hidden:  # a key added later: run ids of runs made before it existed stay
+        assert key not in plain.identity()["model"]
+    changed = resolve("pathfinder32", "softmax", preset="smoke", overrides=[f"model.{key}={value}"])
+    assert getattr(changed.model, key) == value and changed.run_id() != plain.run_id()
+    with pytest.raises(ValueError, match=error):
+        resolve("listops", "softmax", preset="smoke", overrides=[f"model.{key}={value}"])
 
 
 def test_augment_is_data_config_validated_per_task_and_changes_ids_only_when_set():
