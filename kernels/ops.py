@@ -214,12 +214,17 @@ def tma_applies(*tensors: Tensor) -> bool:
     return True
 
 
-# Triton releases (major, minor) whose Hopper warp specialiser builds our TMA loops (checked offline
-# for sm_90 with kernels.compile_check): 3.6, the GPU machine's. Triton 3.9 rejects them (its data
-# partitioner halves the 128-row TMA tiles that the host-side descriptors fix at full size:
-# "descriptor block and tensor must have the same number of elements"), so there the TMA + warp
-# specialisation option runs as plain TMA.
-WARP_SPEC_TRITON = {(3, 6)}
+# Triton releases (major, minor) whose Hopper warp specialiser builds *and runs* our TMA loops: none.
+# Triton 3.6 (the GPU machine's) builds them offline for sm_90 (kernels.compile_check) and ran the
+# 128-token GPU tests (session 3), but on the H200 at benchmark sizes (bf16, B*N = 16K, N = 4K and
+# 16K) every warp-specialised candidate -- forward d = 32 / 64 / 128 and dK/dV d = 64, 10 of them --
+# was still running after 38-70 s where the pointer tiles finish in 1-3 s (killed by its timeout:
+# session 8, scripts/h200/ws_probe.py, results/kernels/README.md "Hopper TMA loads"); session 3's
+# tuner stalled on the same candidate. Triton 3.9 rejects the loops (its data partitioner halves
+# the 128-row TMA tiles that the host-side descriptors fix at full size: "descriptor block and
+# tensor must have the same number of elements"). So LOADS_TMA_WS runs as plain TMA everywhere;
+# a Triton added here gets the specialisation back where warp_spec_applies allows it.
+WARP_SPEC_TRITON: frozenset = frozenset()
 
 
 def warp_spec_supported() -> bool:

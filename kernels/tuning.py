@@ -46,6 +46,10 @@ DKDV = [(32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 4, 3), (64, 128, 8, 3), (64,
 DQ = [(128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3)]
 FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 3)]
 DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)]
+# block-sparse forward only (--sparse): 64-row query tiles, more programs per SM for the short key
+# loops of very sparse rows (the local layout visits 3 key blocks per query tile; its forward ran at
+# ~55 % of the dense kernel's TFLOP/s with 128-row tiles, session 7)
+FWD_SPARSE = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 128, 4, 2), (64, 64, 2, 3)]
 DQ_128 = [(128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3)]
 
 # Hopper TMA candidates, (BLOCK_M, BLOCK_N, num_warps, num_stages, loads) with loads 1 = TMA
@@ -60,12 +64,14 @@ DKDV_128_TMA = [(64, 128, 4, 2, 2), (32, 128, 4, 3, 2), (64, 64, 4, 3, 1)]
 DQ_128_TMA = [(128, 64, 8, 2, 1), (64, 64, 4, 3, 1)]
 
 
-def candidates(kind: str, head_dim: int, loads: str, table_entry: PassTiles) -> list[tuple]:
+def candidates(kind: str, head_dim: int, loads: str, table_entry: PassTiles, sparse: bool = False) -> list[tuple]:
     """Candidates of pass ``kind`` ("fwd", "dkdv", "dq") for ``head_dim``: the pointer lists
     (``loads="ptr"``), the TMA lists led by the table's entry and its TMA twin (``"tma"``), or both
-    (``"all"``)."""
+    (``"all"``); ``sparse`` adds the block-sparse forward's own pointer candidates."""
     big = padded_head_dim(head_dim) == 128
     ptr = {"fwd": FWD_128 if big else FWD, "dkdv": DKDV_128 if big else DKDV, "dq": DQ_128 if big else DQ}[kind]
+    if sparse and kind == "fwd":
+        ptr = list(ptr) + FWD_SPARSE
     tma = {"fwd": FWD_128_TMA if big else FWD_TMA, "dkdv": DKDV_128_TMA if big else DKDV_TMA,
            "dq": DQ_128_TMA if big else DQ_TMA}[kind]
     t = table_entry
@@ -180,7 +186,7 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
         best = {}
         for kind in passes:
             scored, seen = [], set()
-            for cand in candidates(kind, d, loads, getattr(base, kind)):
+            for cand in candidates(kind, d, loads, getattr(base, kind), sparse=bool(sparse)):
                 pt = PassTiles(*cand)
                 if sparse:  # tiles no larger than a block; clamping can make two candidates one
                     pt = pt.clamped(block_size)

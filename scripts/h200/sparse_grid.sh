@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Device call (issue #3), session 8: the whole block-sparse grid with today's kernels and tiles —
+# ours vs FlexAttention (identical BlockMask) vs our dense kernel, BigBird / local / butterfly,
+# block 128, N = 1K ... 64K — one head dim per GPU (d = 32 had only 1K / 4K / 16K with the sparse
+# tiles; d = 64 was last measured in session 5, before the block-sparse kernel had tiles of its own).
+# First, per GPU, the block-sparse forward's 64-row tile candidates (kernels.tuning FWD_SPARSE) on
+# the local and BigBird layouts (the grid itself runs with the committed tiles).
+# Usage (device, kind nvidia-h200-x2): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=540 bash scripts/h200/sparse_grid.sh
+RECIPE=sparse_grid
+source "$(dirname "$0")/lib.sh"
+NS=1k,2k,4k,8k,16k,32k,64k
+
+lane() {
+  local d=$1 layout
+  for layout in local bigbird; do
+    say "block-sparse forward tiles, $layout, d = $d"
+    timeout -k 5 75 python3 -m kernels.tuning --sparse "$layout" --block-size 128 --head-dims "$d" \
+        --seq-lens 4096,16384 --passes fwd --out "$WORK/tune_sparse_${layout}_fwd_d$d.json"
+  done
+  say "block-sparse vs Flex vs dense, d = $d, N = $NS"
+  timeout -k 5 "$(left 5)" python3 -m lra bench kernels --impls ours --head-dims "$d" --seq-lens "$NS" \
+      --sparse-layouts bigbird,local,butterfly --sparse-head-dims "$d" --sparse-seq-lens "$NS" --approx none \
+      --flex-dynamic --warmup 10 --rep 50 --time-budget "$(left 30)" --out "$WORK" --name "sparse_grid_d$d"
+  say "lane d = $d done"
+}
+lane0() { lane 32; }
+lane1() { lane 64; }
+
+python3 -m lra info > "$WORK/info.txt" 2>&1
+run_lanes lane0 lane1
+pack
