@@ -442,7 +442,9 @@ KEY = ["impl", "pass", "seq_len", "head_dim", "pattern"]
 def merge_reports(paths: list[str], out_dir: str, name: str) -> pd.DataFrame:
     """Merge benchmark CSVs written by separate runs (e.g. one per GPU) into one report. A cell
     measured in several parts keeps the row of the last part that has it; the merged meta lists
-    every part's provenance (command, date, git revision, device, versions)."""
+    every part's provenance (command, date, git revision, device, versions); a part that is itself a
+    merged report contributes the parts it was merged from, so a report can be extended by merging
+    it with a new part."""
     frames, parts = [], []
     for path in paths:
         csv = Path(path)
@@ -453,6 +455,9 @@ def merge_reports(paths: list[str], out_dir: str, name: str) -> pd.DataFrame:
         frames.append(df[COLUMNS])
         meta_path = csv.with_suffix(".meta.json")
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        if meta.get("merged_from"):  # an earlier merge: keep the provenance of the runs it was made of
+            parts.extend(meta["merged_from"])
+            continue
         parts.append({"csv": csv.name, "rows": len(df),
                       **{k: meta.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings",
                                                   "tiles", "wall_s", "incomplete")}})

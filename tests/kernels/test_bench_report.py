@@ -105,6 +105,13 @@ def test_merge_reports_keeps_every_cell_once_and_each_parts_provenance(tmp_path)
     meta = json.loads((tmp_path / "out" / "merged.meta.json").read_text())
     assert [p["command"] for p in meta["merged_from"]] == ["run a", "run b"] and meta["git_rev"] == "1, 2"
     assert "TestGPU" in (tmp_path / "out" / "merged.md").read_text()
+    # extending a merged report with a new part keeps the original runs' provenance, not the merge's
+    c = part("c", [("ours", 4096, 9.0)], "3")
+    frame = bench.merge_reports([str(tmp_path / "out" / "merged.csv"), c], str(tmp_path / "out"), "merged")
+    assert len(frame) == 4
+    meta = json.loads((tmp_path / "out" / "merged.meta.json").read_text())
+    assert [p["command"] for p in meta["merged_from"]] == ["run a", "run b", "run c"]
+    assert meta["git_rev"] == "1, 2, 3"
     with pytest.raises(ValueError, match="not a `lra bench kernels` CSV"):
         (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
         bench.merge_reports([str(tmp_path / "bad.csv")], str(tmp_path / "out"), "m2")
