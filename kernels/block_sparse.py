@@ -23,11 +23,14 @@ bool-tensor shortcut, compressed by identity, graph-breaks under torch.compile).
 
 Scheduling: rows of very unequal length (BigBird's global rows visit every tile, ~4x the others)
 launched in natural order finish last and leave the GPU idle (a load-imbalance tail). Each plan
-therefore also holds, in ``counts[h, :, 2]``, the tile rows of head h sorted by descending work
-(longest-processing-time-first, Graham 1969); the kernels map their program id through it with one
-int32 load, taking the heads in groups of ``LPT_HEAD_GROUP`` with the group's heaviest rows first
-(see ``_program_tile`` in :mod:`kernels.triton_attention`). Only the order of independent programs
-changes, so results are bit-identical, and dropout (keyed by real row/column indices) is unaffected.
+therefore stores each head's tile rows sorted by descending work (longest-processing-time-first,
+Graham 1969), the row itself in ``counts[h, slot, 2]``; the kernels take the heads in groups of
+``LPT_HEAD_GROUP`` with the group's heaviest rows first (see ``_program_tile`` in
+:mod:`kernels.triton_attention`). Because the lists are stored by launch slot, not by row, a program's
+row, counts and index list are read with independent loads (one memory round trip before the first
+key tile instead of three in a chain: that latency is a large part of a program that visits only a
+few tiles, e.g. the local layout's three). Only the order of independent programs changes, so results
+are bit-identical, and dropout (keyed by real row/column indices) is unaffected.
 """
 from __future__ import annotations
 
@@ -57,10 +60,10 @@ def _check_block_size(block_size) -> int:
 
 def _tile_plan(layout: torch.Tensor, block_size: int, n_q: int, n_k: int, causal: bool, block_m: int,
                block_n: int, transposed: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index lists (Hl, rows, width) int32 and counts (Hl, rows, 3) int32 of one kernel pass.
-
-    ``counts[h, r, :2]`` are the ends of tile row r's full and partial groups; ``counts[h, :, 2]`` is
-    the launch order of the pass: ``counts[h, p, 2]`` is head h's tile row with the p-th most work.
+    """Index lists (Hl, rows, width) int32 and counts (Hl, rows, 3) int32 of one kernel pass, one
+    entry per launch slot: slot p of head h runs tile row ``counts[h, p, 2]``, the row with the p-th
+    most work (the launch order); ``counts[h, p, :2]`` are the ends of that row's full and partial
+    groups and ``indices[h, p]`` its tiles to visit.
     """
     device = layout.device
     n_m, n_n = -(-n_q // block_m), -(-n_k // block_n)
@@ -88,9 +91,12 @@ def _tile_plan(layout: torch.Tensor, block_size: int, n_q: int, n_k: int, causal
     # launch order, longest-processing-time first: program slot r of a head runs the tile row with the
     # r-th most tiles to visit (ties: more partial tiles first, then natural order; the sort is stable)
     launch = torch.argsort(-(n_visit * (width + 1) + (n_visit - n_full)), dim=-1, stable=True)
-    counts = torch.stack([n_full, n_visit, launch], dim=-1).to(torch.int32).contiguous()
-    keep = max(int(counts[..., 1].max()), 1)
-    return order[..., :keep].to(torch.int32).contiguous(), counts
+    # stored in launch order (slot p of head h holds tile row launch[h, p]): a program reads its row,
+    # its two counts and its first list entries with loads that do not wait for one another
+    keep = max(int(n_visit.max()), 1)
+    indices = order[..., :keep].gather(1, launch[..., None].expand(-1, -1, keep))
+    counts = torch.stack([n_full.gather(1, launch), n_visit.gather(1, launch), launch], dim=-1)
+    return indices.to(torch.int32).contiguous(), counts.to(torch.int32).contiguous()
 
 
 # every BlockSparseLayout by its key: what torch.compile's constant plan lookup (_constant_plans) receives

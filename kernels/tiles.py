@@ -133,9 +133,15 @@ _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
 # (64, 64, 4, 3) 1.562 / 1.751 vs 1.593 / 1.916, dQ (64, 64, 4, 3) 1.309 / 1.466 vs 1.576 / 1.762.
 # Re-measured at d = 32 against FlexAttention in the same call (results/kernels/sparse_tuned_d32_h200.*):
 # block-sparse backward 10-14 % faster, forward within -3 / +4 %. 16 reuses 32's.
+# Session 8 (git 02c7913, `--passes fwd` on the local and BigBird layouts with the 64-row candidates,
+# results/kernels/sparse_grid/tune_sparse_*_fwd_d*.json): at d = 32, 64-row query tiles (twice the
+# programs, more of them in flight per SM to hide the latency of short key loops) beat the 128-row
+# ones: (64, 128, 4, 2) local 0.277 / 0.281 ms, BigBird 0.671 / 0.707 vs (128, 128, 4, 3) 0.306 /
+# 0.309, 0.728 / 0.822 (best geometric mean over both layouts and lengths; (64, 64, 4, 3) within
+# 1 %); at d = 64 (128, 128, 4, 3) stays best on both.
 _GPU_16BIT_SPARSE: dict[int, Tiles] = {
-    16: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
-    32: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
+    16: Tiles(PassTiles(64, 128, 4, 2), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
+    32: Tiles(PassTiles(64, 128, 4, 2), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
     64: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
 }
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))

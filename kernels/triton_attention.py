@@ -211,37 +211,39 @@ LPT_HEAD_GROUP = tl.constexpr(16)
 
 @triton.jit
 def _program_tile(CNT, stride_ch, stride_ct, H, n_rows, REVERSE: tl.constexpr, SPARSE: tl.constexpr):
-    """(tile row, batch * heads + head) of this program; the tile row is a query tile, or a key
-    tile in the dK/dV pass.
+    """(tile row, batch * heads + head, plan slot) of this program; the tile row is a query tile,
+    or a key tile in the dK/dV pass; the plan slot addresses its counts and index list.
 
     Dense (grid ``(n_rows, B * H)``): the row is ``program_id(0)``, reversed if ``REVERSE`` (causal
     query tiles: the last see the most keys), and ``program_id(1)`` the (batch, head).
 
     Block-sparse (grid ``(n_rows * B * H,)``), longest-processing-time-first: the (batch, head)
     pairs are taken in groups of ``LPT_HEAD_GROUP``; inside a group, programs go rank by rank over
-    the plan's launch order ``CNT[h, rank, 2]`` (tile rows by descending number of tiles to visit,
-    see :mod:`kernels.block_sparse`), the group's heads interleaved. So the heavy rows (BigBird's
+    the plan's launch slots (the plan is stored in launch order: slot ``s`` holds tile row
+    ``CNT[h, s, 2]``, rows by descending number of tiles to visit, see
+    :mod:`kernels.block_sparse`), the group's heads interleaved. So the heavy rows (BigBird's
     global rows, ~4x the work of the others) start first instead of finishing last, while the
     programs in flight share the K/V of a few heads (L2 reuse). The mapping depends on the program
     id only: each output tile is computed exactly as before, only the order of independent
     programs changes.
     """
     if SPARSE:
-        slot = tl.program_id(0)
+        pid = tl.program_id(0)
         bh_total = tl.num_programs(0) // n_rows
-        g0 = (slot // (LPT_HEAD_GROUP * n_rows)) * LPT_HEAD_GROUP
+        g0 = (pid // (LPT_HEAD_GROUP * n_rows)) * LPT_HEAD_GROUP
         g_size = tl.minimum(bh_total - g0, LPT_HEAD_GROUP)
-        within = slot - g0 * n_rows
+        within = pid - g0 * n_rows
         pid_bh = g0 + within % g_size
-        rank = within // g_size
-        row = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + rank * stride_ct + 2)
+        slot = within // g_size
+        row = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + slot * stride_ct + 2)
     else:
         pid_bh = tl.program_id(1)
         if REVERSE:
             row = tl.num_programs(0) - 1 - tl.program_id(0)
         else:
             row = tl.program_id(0)
-    return row, pid_bh
+        slot = row
+    return row, pid_bh, slot
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +332,7 @@ def flash_fwd_kernel(
     # softmax statistics and the accumulator float64)
     qk_scale = tl.cast(qk_scale, tl.float32)
     drop_scale = tl.cast(drop_scale, tl.float32)
-    pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
+    pid_m, pid_bh, slot = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
     b = pid_bh // H
     h = pid_bh % H
     b64 = b.to(tl.int64)
@@ -357,8 +359,8 @@ def flash_fwd_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
     if SPARSE:
-        idx_base = IDX + h64 * stride_ih + pid_m * stride_it
-        cnt_base = CNT + h64 * stride_ch + pid_m * stride_ct
+        idx_base = IDX + h64 * stride_ih + slot * stride_it
+        cnt_base = CNT + h64 * stride_ch + slot * stride_ct
         full_hi = tl.load(cnt_base)
         end = tl.load(cnt_base + 1)
     else:
@@ -522,7 +524,7 @@ def flash_bwd_dkdv_kernel(
     sm_scale = tl.cast(sm_scale, tl.float32)
     drop_scale = tl.cast(drop_scale, tl.float32)
     # dense: natural order (causal key tiles are not reversed)
-    pid_n, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
+    pid_n, pid_bh, slot = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
     b32 = pid_bh // H
     h32 = pid_bh % H
     b64 = b32.to(tl.int64)
@@ -562,8 +564,8 @@ def flash_bwd_dkdv_kernel(
 
     n_m_tiles = tl.cdiv(N_Q, BLOCK_M)
     if SPARSE:
-        idx_base = IDX + h64 * stride_ih + pid_n * stride_it
-        cnt_base = CNT + h64 * stride_ch + pid_n * stride_ct
+        idx_base = IDX + h64 * stride_ih + slot * stride_it
+        cnt_base = CNT + h64 * stride_ch + slot * stride_ct
         full_lo = 0
         full_hi = tl.load(cnt_base)
         part_lo = full_hi
@@ -679,7 +681,7 @@ def flash_bwd_dq_kernel(
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
     drop_scale = tl.cast(drop_scale, tl.float32)
-    pid_m, pid_bh = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
+    pid_m, pid_bh, slot = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
     b32 = pid_bh // H
     h32 = pid_bh % H
     b64 = b32.to(tl.int64)
@@ -712,8 +714,8 @@ def flash_bwd_dq_kernel(
         seed = 0
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     if SPARSE:
-        idx_base = IDX + h64 * stride_ih + pid_m * stride_it
-        cnt_base = CNT + h64 * stride_ch + pid_m * stride_ct
+        idx_base = IDX + h64 * stride_ih + slot * stride_it
+        cnt_base = CNT + h64 * stride_ch + slot * stride_ct
         full_hi = tl.load(cnt_base)
         end = tl.load(cnt_base + 1)
     else:

@@ -5,14 +5,18 @@
 # tiles; d = 64 was last measured in session 5, before the block-sparse kernel had tiles of its own).
 # First, per GPU, the block-sparse forward's 64-row tile candidates (kernels.tuning FWD_SPARSE) on
 # the local and BigBird layouts (the grid itself runs with the committed tiles).
+# TUNE=0 skips the tuning; TESTS=1 then runs the block-sparse tests on the GPU (lane 0: the kernel
+# tests, lane 1: the torch.compile ones), after the grid.
 # Usage (device, kind nvidia-h200-x2): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=540 bash scripts/h200/sparse_grid.sh
+# Session 8 ran it twice: git 02c7913 (tuning + grid), then git <rev2> with TUNE=0 TESTS=1 (the grid
+# with the 64-row d = 32 forward tiles and the plans stored in launch order).
 RECIPE=sparse_grid
 source "$(dirname "$0")/lib.sh"
 NS=1k,2k,4k,8k,16k,32k,64k
 
 lane() {
-  local d=$1 layout
-  for layout in local bigbird; do
+  local d=$1 tests=$2 layout
+  (( ${TUNE:-1} )) && for layout in local bigbird; do
     say "block-sparse forward tiles, $layout, d = $d"
     timeout -k 5 75 python3 -m kernels.tuning --sparse "$layout" --block-size 128 --head-dims "$d" \
         --seq-lens 4096,16384 --passes fwd --out "$WORK/tune_sparse_${layout}_fwd_d$d.json"
@@ -20,11 +24,16 @@ lane() {
   say "block-sparse vs Flex vs dense, d = $d, N = $NS"
   timeout -k 5 "$(left 5)" python3 -m lra bench kernels --impls ours --head-dims "$d" --seq-lens "$NS" \
       --sparse-layouts bigbird,local,butterfly --sparse-head-dims "$d" --sparse-seq-lens "$NS" --approx none \
-      --flex-dynamic --warmup 10 --rep 50 --time-budget "$(left 30)" --out "$WORK" --name "sparse_grid_d$d"
+      --flex-dynamic --warmup 10 --rep 50 --time-budget "$(left ${GRID_MARGIN:-30})" --out "$WORK" --name "sparse_grid_d$d"
+  if (( ${TESTS:-0} )); then
+    say "GPU tests: $tests"
+    timeout -k 5 "$(left 5)" python3 -m pytest -q -p no:cacheprovider $tests > "$WORK/pytest_d$d.log" 2>&1
+    say "tests: exit $? ($(tail -1 "$WORK/pytest_d$d.log"))"
+  fi
   say "lane d = $d done"
 }
-lane0() { lane 32; }
-lane1() { lane 64; }
+lane0() { lane 32 "tests/kernels/test_block_sparse.py tests/kernels/test_layouts.py tests/kernels/test_tiles.py"; }
+lane1() { lane 64 "tests/kernels/test_compile.py tests/kernels/test_compile_triton_op.py"; }
 
 python3 -m lra info > "$WORK/info.txt" 2>&1
 run_lanes lane0 lane1

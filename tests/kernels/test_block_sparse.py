@@ -100,17 +100,29 @@ def test_compressed_layout_is_built_once_and_reused():
     assert not torch.allclose(out, ref)
 
 
+def by_row(idx, cnt):
+    """A plan (stored by launch slot: slot p holds tile row cnt[h, p, 2]) re-indexed by tile row."""
+    inverse = cnt[..., 2].long().argsort(-1)
+    return (idx.gather(1, inverse[..., None].expand(-1, -1, idx.shape[-1])),
+            cnt.gather(1, inverse[..., None].expand(-1, -1, 3)))
+
+
 def test_plans_visit_only_allowed_tiles():
     """Skipped blocks cost nothing: each index list holds exactly the tiles to compute."""
     layout = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool, device=DEVICE)
     compiled = BlockSparseLayout.from_dense(layout, 32)
     tiles = Tiles(PassTiles(32, 32), PassTiles(32, 32), PassTiles(32, 32))
     fwd_idx, fwd_cnt, t_idx, t_cnt, _, _ = compiled.plans(128, 128, False, tiles)
+    # stored by launch slot, heaviest row first: rows 3 (4 tiles), 0 (2), 1 (1), 2 (0)
+    assert fwd_cnt[0, :, 2].tolist() == [3, 0, 1, 2] and fwd_cnt[0, :, 1].tolist() == [4, 2, 1, 0]
+    assert fwd_idx[0, 1, :2].tolist() == [0, 3]  # slot 1 = row 0
+    fwd_idx, fwd_cnt = by_row(fwd_idx, fwd_cnt)
+    t_idx, t_cnt = by_row(t_idx, t_cnt)
     assert fwd_cnt[0, :, 1].tolist() == [2, 1, 0, 4] and fwd_cnt[0, :, 0].tolist() == [2, 1, 0, 4]
     assert fwd_idx[0, 0, :2].tolist() == [0, 3]
     assert t_cnt[0, :, 1].tolist() == [2, 2, 1, 2] and t_idx[0, 3, :2].tolist() == [0, 3]
     # causal on the 4 x 4 tile grid: tiles above the diagonal vanish, the diagonal is partial
-    fwd_idx, fwd_cnt, *_ = compiled.plans(128, 128, True, tiles)
+    fwd_idx, fwd_cnt = by_row(*compiled.plans(128, 128, True, tiles)[:2])
     assert fwd_cnt[0, :, 1].tolist() == [1, 1, 0, 4] and fwd_cnt[0, :, 0].tolist() == [0, 0, 0, 3]
     assert fwd_idx[0, 3].tolist() == [0, 1, 2, 3]  # full tiles first, then the diagonal one
 
@@ -133,18 +145,23 @@ def test_launch_order_puts_heaviest_rows_first():
     compiled = BlockSparseLayout.from_dense(layout, 32)
     tiles = Tiles(PassTiles(32, 32), PassTiles(32, 32), PassTiles(32, 32))
     plans = compiled.plans(192, 192, False, tiles)
-    for cnt in plans[1::2]:  # fwd, dK/dV, dQ counts
+    for idx, cnt in zip(plans[0::2], plans[1::2]):  # fwd, dK/dV, dQ
         assert cnt.shape == (2, 6, 3)
         order = cnt[..., 2].long()
         assert torch.equal(order.sort(-1).values, torch.arange(6, device=DEVICE).expand(2, 6))
-        work = cnt[..., 1].gather(1, order)
+        work = cnt[..., 1]  # stored by launch slot: non-increasing
         assert torch.all(work[:, 1:] <= work[:, :-1])
+        # each slot's list is its row's: re-indexed by row, the same as the plan of the unordered rows
+        row_idx, row_cnt = by_row(idx, cnt)
+        assert torch.equal(row_cnt[..., 2], torch.arange(6, device=DEVICE, dtype=row_cnt.dtype).expand(2, 6))
     fwd_cnt, dkdv_cnt = plans[1], plans[3]
     assert fwd_cnt[0, 0, 2] == 4 and fwd_cnt[1, :2, 2].tolist() == [0, 3]  # the global rows go first
     assert dkdv_cnt[0, 0, 2] == 4  # key block 4 is seen by every query block
+    fwd_idx = by_row(plans[0], plans[1])[0]
+    assert fwd_idx[0, 4].tolist() == [0, 1, 2, 3, 4, 5] and fwd_idx[1, 2, :1].tolist() == [2]
     # causal: later query rows see more tiles; ties keep the row with more partial tiles first
     fwd_cnt = compiled.plans(192, 192, True, tiles)[1]
-    work = fwd_cnt[..., 1].gather(1, fwd_cnt[..., 2].long())
+    work = fwd_cnt[..., 1]
     assert torch.all(work[:, 1:] <= work[:, :-1]) and fwd_cnt[0, 0, 2] == 4
 
 
