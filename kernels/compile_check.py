@@ -88,11 +88,6 @@ def _variants(quick: bool):
                     continue
                 warps = 4 if loads == LOADS_TMA_WS else t.num_warps
                 yield kernel, dtype, t.block_m, t.block_n, d, warps, t.num_stages, loads, flags
-        # the persistent block-sparse forward (kernels.persistent_forward) with the block-sparse
-        # forward tiles, aligned and with a ragged last query tile / padded head dim
-        t = select(torch.device("cuda"), torch_dtypes[dtype], d, 128).fwd
-        for persistent_flags in (dict(EVEN_M=True, EVEN_D=True), dict(EVEN_M=False, EVEN_D=False)):
-            yield "persistent", dtype, t.block_m, t.block_n, d, t.num_warps, t.num_stages, LOADS_POINTERS, persistent_flags
 
 
 _DESCRIPTORS = ("K_DESC", "V_DESC", "Q_DESC", "DO_DESC")
@@ -108,7 +103,7 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
 
     pointer = {"Q": dtype, "K": dtype, "V": dtype, "O": dtype, "DO": dtype, "DQ": dtype, "DK": dtype, "DV": dtype,
                "LSE": "fp32", "LSE2": "fp32", "DQ_ACC": "fp32", "DELTA": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
-               "IDX": "i32", "CNT": "i32", "OUT": "u8", "ROW_BH": "i32", "META": "i32", "STARTS": "i32"}
+               "IDX": "i32", "CNT": "i32", "OUT": "u8"}
     floats = {"qk_scale", "sm_scale", "drop_scale"}
     sig = {}
     for name in fn.arg_names:
@@ -138,7 +133,7 @@ def _specialise(fn, sig: dict, constexprs: dict) -> tuple[dict, dict, dict]:
         if name in _UNIT_STRIDES:
             sig[name] = "constexpr"
             constexprs[name] = 1
-        elif sig[name].startswith("*") or name.startswith("stride") or name in ("H", "N_Q", "N_K", "HEAD_DIM", "BH"):
+        elif sig[name].startswith("*") or name.startswith("stride") or name in ("H", "N_Q", "N_K", "HEAD_DIM"):
             attrs[(i,)] = [["tt.divisibility", 16]]
     return sig, constexprs, attrs
 
@@ -176,10 +171,7 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
     from .ops import warp_spec_applies
     from .tiles import LOADS_NAMES, LOADS_POINTERS, LOADS_TMA_WS, PassTiles
 
-    from .persistent_forward import flash_fwd_persistent_kernel
-
-    kernels = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel,
-               "persistent": flash_fwd_persistent_kernel}
+    kernels = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}
     target = GPUTarget("cuda", arch, 32)
     for kernel, dtype, bm, bn, bd, warps, n_stages, mode, flags in _variants(quick):
         if loads and LOADS_NAMES[mode] not in loads.split(","):
@@ -187,21 +179,16 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
         if kernel_names and kernel not in kernel_names.split(","):
             continue
         fn = kernels[kernel]
-        if kernel == "persistent":
-            ws = False
-            constexprs = dict(flags, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DOT_PREC="ieee" if dtype == "fp32" else None,
-                              UPCAST=False)
-        else:
-            # the launcher's choice: warp specialisation only where Triton can build it
-            ws = warp_spec_applies(kernel, PassTiles(bm, bn, warps, n_stages, mode), causal=flags["IS_CAUSAL"],
-                                   dropout=flags["HAS_DROPOUT"], sparse=flags["SPARSE"], even_n=flags["EVEN_N"])
-            constexprs = dict(flags, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DOT_PREC="ieee" if dtype == "fp32" else None,
-                              UPCAST=False, USE_TMA=mode != LOADS_POINTERS, WARP_SPEC=ws)
+        # the launcher's choice: warp specialisation only where Triton can build it
+        ws = warp_spec_applies(kernel, PassTiles(bm, bn, warps, n_stages, mode), causal=flags["IS_CAUSAL"],
+                               dropout=flags["HAS_DROPOUT"], sparse=flags["SPARSE"], even_n=flags["EVEN_N"])
+        constexprs = dict(flags, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DOT_PREC="ieee" if dtype == "fp32" else None,
+                          UPCAST=False, USE_TMA=mode != LOADS_POINTERS, WARP_SPEC=ws)
         if kernel == "dkdv":
             constexprs.setdefault("FUSED_DQ", False)  # a constexpr with a default: spelled out here
         sig = _signature(fn, dtype, constexprs)
         attrs = None
-        if flags["EVEN_M"] and flags.get("EVEN_N", True) and flags["EVEN_D"]:
+        if flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]:
             sig, constexprs, attrs = _specialise(fn, sig, constexprs)
         src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
         t0 = time.perf_counter()

@@ -64,7 +64,6 @@ from typing import Callable, Optional
 
 import torch
 import triton
-from . import persistent_forward
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
 from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, padded_head_dim
@@ -94,7 +93,7 @@ def kernel_settings() -> dict:
     Philox rounds and backward form (``$LRA_DROPOUT_RNG``, ``$LRA_DROPOUT_BWD``) and the form
     torch.compile sees the ops in (``$LRA_KERNELS_COMPILE_OP``)."""
     return {"dropout_philox_rounds": kern.PHILOX_ROUNDS_SETTING, "dropout_backward": DROPOUT_BWD,
-            "compile_op": COMPILE_OP, "sparse_forward": persistent_forward.setting()}
+            "compile_op": COMPILE_OP}
 
 
 def fused_dropout_backward(dropout_p: float) -> bool:
@@ -309,18 +308,6 @@ def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Op
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
     sparse = fwd_indices is not None
-    if sparse and launch is _direct and persistent_forward.applies(n_k, t.block_n, causal,
-                                                                   key_padding_mask is not None, dropout_p):
-        plan = persistent_forward.flat_plan(fwd_indices, fwd_counts, B * H, H, persistent_forward.num_programs(q.device))
-        if plan is not None:
-            row_bh, meta, starts = plan
-            persistent_forward.flash_fwd_persistent_kernel[(starts.numel() - 1,)](
-                q, k, v, out, lse, row_bh, meta, starts, *_s4(q), *_s4(k), *_s4(v), *_s4(out),
-                B * H, H, n_q, n_k, d, softmax_scale * kern.LOG2E,
-                BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=padded_head_dim(d), EVEN_M=n_q % t.block_m == 0,
-                EVEN_D=padded_head_dim(d) == d, **_dot_flags(q), num_warps=t.num_warps, num_stages=t.num_stages,
-            )
-            return out, lse
     drop_threshold, drop_scale = _dropout_args(dropout_p)
     grid = _grid(_cdiv(n_q, t.block_m), B * H, sparse)
     ws = warp_spec_applies("fwd", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,

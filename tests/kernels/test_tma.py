@@ -111,10 +111,7 @@ def test_tma_reads_views_of_a_fused_qkv_projection(launches):
         assert rel_err(got, want) < TOL[torch.float16]
 
 
-def test_tma_block_sparse(launches, monkeypatch):
-    from kernels import persistent_forward
-
-    monkeypatch.setattr(persistent_forward, "PROGRAMS_PER_SM", 0)  # the row kernel: the one with TMA loads
+def test_tma_block_sparse(launches):
     q, k, v = make_qkv(1, 2, 128, 128, 32, torch.bfloat16, seed=25)
     layout = torch.tensor([[True, False], [True, True]], device=DEVICE)
     with override(_tiles(LOADS_TMA_WS)):
