@@ -246,6 +246,17 @@ def _program_tile(CNT, stride_ch, stride_ct, H, n_rows, REVERSE: tl.constexpr, S
     return row, pid_bh, slot
 
 
+@triton.jit
+def _first_entry(idx_base, lo, hi, SPARSE: tl.constexpr):
+    """Block-sparse: list entry ``lo`` of a tile row (0 when the range is empty), the first value of
+    the index that the loops carry one step ahead (see :func:`_fwd_tiles`). Dense: 0, unused."""
+    if SPARSE:
+        first = tl.load(idx_base + lo, mask=lo < hi, other=0)
+    else:
+        first = 0
+    return first
+
+
 # ---------------------------------------------------------------------------------------------
 # forward
 # ---------------------------------------------------------------------------------------------
@@ -259,10 +270,19 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_desc,
                USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
     """Online-softmax accumulation over key tiles [lo, hi) (positions, or list entries if SPARSE).
     k_ptrs0/v_ptrs0/pad_ptrs0 address the key tile starting at key 0; tiles are reached by offsets
-    (``USE_TMA``: K and V come through the descriptors k_desc/v_desc of head (b32, h32) instead)."""
+    (``USE_TMA``: K and V come through the descriptors k_desc/v_desc of head (b32, h32) instead).
+
+    Block-sparse: the list entry of the next step is loaded one step ahead and carried (``nxt``).
+    Loaded in the step that uses it, the index makes the K/V copies an indirect load, which Triton
+    3.6's software pipeliner schedules without overlap below 5 stages (every copy waited for in the
+    step that issued it: ``async_wait {num = 0}`` in the Triton-GPU IR at 2-4 stages, offline for
+    sm_90, session 8); carried, the copies pipeline as in the dense loop (``num = 1`` at 3 stages,
+    the dense loop's 2), with this pass's stage count. The same in the dK/dV and dQ loops."""
+    nxt = _first_entry(idx_base, lo, hi, SPARSE)
     for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
         if SPARSE:
-            start_n = tl.load(idx_base + it) * BLOCK_N
+            start_n = nxt * BLOCK_N
+            nxt = tl.load(idx_base + tl.minimum(it + 1, hi - 1))
         else:
             start_n = it * BLOCK_N
         cols = start_n + offs_n
@@ -445,10 +465,13 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, q_desc, 
     accumulator at ``dq_ptrs0`` (rows ``offs_m0`` of the head, row stride HEAD_DIM) with atomics;
     ``MASK_KEYS``: first zero dS on the keys that ``key_ok`` rules out (ragged tail, padding): their
     recomputed probabilities are not zero here (the dK/dV rows of those keys are discarded, but
-    their dQ share must be dropped)."""
+    their dQ share must be dropped). Block-sparse: the next list entry is carried one step ahead, as
+    in :func:`_fwd_tiles`."""
+    nxt = _first_entry(idx_base, lo, hi, SPARSE)
     for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
         if SPARSE:
-            start_m = tl.load(idx_base + it) * BLOCK_M
+            start_m = nxt * BLOCK_M
+            nxt = tl.load(idx_base + tl.minimum(it + 1, hi - 1))
         else:
             start_m = it * BLOCK_M
         rows = start_m + offs_m0
@@ -619,10 +642,13 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_
               HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
               USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
     """dQ accumulation of one query tile over key tiles [lo, hi) (positions, or list entries);
-    ``USE_TMA``: K and V tiles come through the descriptors k_desc/v_desc of head (b32, h32)."""
+    ``USE_TMA``: K and V tiles come through the descriptors k_desc/v_desc of head (b32, h32).
+    Block-sparse: the next list entry is carried one step ahead, as in :func:`_fwd_tiles`."""
+    nxt = _first_entry(idx_base, lo, hi, SPARSE)
     for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
         if SPARSE:
-            start_n = tl.load(idx_base + it) * BLOCK_N
+            start_n = nxt * BLOCK_N
+            nxt = tl.load(idx_base + tl.minimum(it + 1, hi - 1))
         else:
             start_n = it * BLOCK_N
         cols = start_n + offs_n0

@@ -5,7 +5,8 @@
 # tiles; d = 64 was last measured in session 5, before the block-sparse kernel had tiles of its own).
 # First, per GPU, the block-sparse forward's 64-row tile candidates (kernels.tuning FWD_SPARSE) on
 # the local and BigBird layouts (the grid itself runs with the committed tiles).
-# TUNE=0 skips the tuning; TESTS=1 runs the block-sparse tests on the GPU after the grid (lane 0: the
+# TUNE=0 skips the tuning; TUNE_PASSES (default fwd; e.g. fwd,dkdv,dq) and TUNE_SECONDS (per layout,
+# default 75) widen it; TESTS=1 runs the block-sparse tests on the GPU after the grid (lane 0: the
 # kernel tests, lane 1: the torch.compile and TMA ones; LANE1_TESTS replaces lane 1's list).
 # Usage (device, kind nvidia-h200-x2): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=540 bash scripts/h200/sparse_grid.sh
 # Session 8 ran it three times: git 02c7913 (tuning + grid), git 8b1df9e with TUNE=0 TESTS=1 (the grid
@@ -14,6 +15,10 @@
 # TUNE=0 TESTS_FIRST=1 SWEEP="2 8" LANE1_TESTS=tests/kernels/test_tma.py on one GPU (TESTS_FIRST ran
 # the tests after the grid, as TESTS does; it and the SWEEP loop over $LRA_SPARSE_FORWARD=persistent:K
 # went with the persistent kernel).
+# Next (prepared in session 8, not run): the block-sparse loops now carry their list index one step
+# ahead, so their copies pipeline like the dense loops' (kernels.triton_attention._fwd_tiles); re-tune
+# all three passes and re-measure the grid on two GPUs:
+#   OUT=$OUT LRA_GIT_REV=<rev> TUNE_PASSES=fwd,dkdv,dq TUNE_SECONDS=150 TESTS=1 DEADLINE=560 bash scripts/h200/sparse_grid.sh
 RECIPE=sparse_grid
 source "$(dirname "$0")/lib.sh"
 NS=1k,2k,4k,8k,16k,32k,64k
@@ -24,8 +29,8 @@ lane() {
   if (( NGPU < 2 )) && [[ $d == 32 ]]; then local DEADLINE=$(( DEADLINE * ${LANE0_SHARE:-50} / 100 )); fi
   (( ${TUNE:-1} )) && for layout in local bigbird; do
     say "block-sparse forward tiles, $layout, d = $d"
-    timeout -k 5 75 python3 -m kernels.tuning --sparse "$layout" --block-size 128 --head-dims "$d" \
-        --seq-lens 4096,16384 --passes fwd --out "$WORK/tune_sparse_${layout}_fwd_d$d.json"
+    timeout -k 5 "${TUNE_SECONDS:-75}" python3 -m kernels.tuning --sparse "$layout" --block-size 128 --head-dims "$d" \
+        --seq-lens 4096,16384 --passes "${TUNE_PASSES:-fwd}" --out "$WORK/tune_sparse_${layout}_${TUNE_PASSES:-fwd}_d$d.json"
   done
   say "block-sparse vs Flex vs dense, d = $d, N = $NS"
   timeout -k 5 "$(left 5)" python3 -m lra bench kernels --impls ours --head-dims "$d" --seq-lens "$NS" \
