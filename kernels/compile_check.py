@@ -158,6 +158,55 @@ def _resources(cubin: bytes) -> str:
     return " ".join(fields) + f" spill-stores:{sass.count('STL')}"
 
 
+def _front_end(src, target, options: dict) -> str:
+    """Triton IR -> Triton-GPU IR for ``target`` (no LLVM / ptxas, no GPU): the IR text, after the
+    software pipeliner."""
+    from triton._C.libtriton import ir
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    backend = CUDABackend(target)
+    opts = backend.parse_options(options)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    codegen_fns = backend.get_codegen_implementation(opts)
+    module_map = backend.get_module_map()
+    module = src.make_ir(target, opts, codegen_fns, module_map, context)
+    stages = {}
+    backend.add_stages(stages, opts, src.language)
+    module = stages["ttir"](module, {})
+    module = stages["ttgir"](module, {})
+    return str(module)
+
+
+def loop_copy_waits(kernel: str, sparse: bool, block_m: int, block_n: int, head_dim: int, num_warps: int,
+                    num_stages: int, arch: int = 90) -> list[int]:
+    """The ``async_wait {num = N}`` counts in the first (unmasked) inner loop of ``kernel`` ("fwd",
+    "dkdv", "dq"; bf16, aligned, plain) as Triton's software pipeliner leaves it for ``arch``: how
+    many of the loop's asynchronous copies stay in flight while it computes (0: each step waits for
+    its own copies; the loop is not pipelined). Front end only, no GPU needed."""
+    import re
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from . import triton_attention as kern
+
+    fn = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}[kernel]
+    flags = dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=sparse, EVEN_M=True, EVEN_N=True,
+                 EVEN_D=True)
+    constexprs = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=head_dim, DOT_PREC=None, UPCAST=False,
+                      USE_TMA=False, WARP_SPEC=False)
+    if kernel == "dkdv":
+        constexprs["FUSED_DQ"] = False
+    sig, constexprs, attrs = _specialise(fn, _signature(fn, "bf16", constexprs), constexprs)
+    text = _front_end(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
+                      GPUTarget("cuda", arch, 32), {"num_warps": num_warps, "num_stages": num_stages})
+    loop = text[text.index("scf.for"):]
+    loop = loop[:loop.index("scf.yield")]
+    return [int(n) for n in re.findall(r"async_wait[^{]*[{]num = (\d+)", loop)]
+
+
 def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, resources: bool = False,
                      loads: str | None = None, kernel_names: str | None = None):
     """Compiles the variants, yielding one line per variant as it is done (raises on the first
@@ -195,22 +244,7 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
         options = {"num_warps": warps, "num_stages": n_stages}
         compiled = triton.compile(src, target=target, options=options) if ptx else None
         if compiled is None:
-            # front end only: Triton IR -> Triton-GPU IR (no LLVM/ptxas)
-            from triton.backends.nvidia.compiler import CUDABackend
-            from triton._C.libtriton import ir
-
-            backend = CUDABackend(target)
-            opts = backend.parse_options(options)
-            context = ir.context()
-            ir.load_dialects(context)
-            backend.load_dialects(context)
-            codegen_fns = backend.get_codegen_implementation(opts)
-            module_map = backend.get_module_map()
-            module = src.make_ir(target, opts, codegen_fns, module_map, context)
-            stages = {}
-            backend.add_stages(stages, opts, src.language)
-            module = stages["ttir"](module, {})
-            module = stages["ttgir"](module, {})
+            _front_end(src, target, options)
         on = ",".join(k for k, v in flags.items() if v and not k.startswith("EVEN")) or "plain"
         even = "aligned" if attrs is not None else "ragged"
         line = (f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} w{warps} s{n_stages} {LOADS_NAMES[mode]:<6} {on:<28} "
