@@ -276,8 +276,9 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_desc,
     Loaded in the step that uses it, the index makes the K/V copies an indirect load, which Triton
     3.6's software pipeliner schedules without overlap below 5 stages (every copy waited for in the
     step that issued it: ``async_wait {num = 0}`` in the Triton-GPU IR at 2-4 stages, offline for
-    sm_90, session 8); carried, the copies pipeline as in the dense loop (``num = 1`` at 3 stages,
-    the dense loop's 2), with this pass's stage count. The same in the dK/dV and dQ loops."""
+    sm_90, session 8); carried, the copies pipeline exactly as in the dense loop (the same wait
+    counts at every stage count: ``tests/kernels/test_sparse_pipelining.py``). The same in the dK/dV
+    and dQ loops."""
     nxt = _first_entry(idx_base, lo, hi, SPARSE)
     for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
         if SPARSE:
