@@ -154,3 +154,16 @@ def test_sparse_tuning_times_the_block_sparse_kernel_with_clamped_candidates(mon
     assert shapes and all(block_m <= 32 and block_n <= 32 for block_m, block_n, *_ in shapes)
     assert len(timed) == len(set(timed)) and set(calls) == {32}
     assert entry["best"]["fwd"][:2] == [32, 32]
+
+
+def test_block_sparse_forward_candidates_add_64_row_tiles():
+    """--sparse tunes the forward over the dense lists plus 64-row query tiles; other passes and
+    dense tuning are unchanged."""
+    from kernels import tuning
+
+    entry = tiles.PassTiles(128, 128, 4, 3)
+    dense = tuning.candidates("fwd", 32, "ptr", entry)
+    sparse = tuning.candidates("fwd", 32, "ptr", entry, sparse=True)
+    assert dense == tuning.FWD and sparse == tuning.FWD + tuning.FWD_SPARSE
+    assert all(c[0] == 64 for c in tuning.FWD_SPARSE)
+    assert tuning.candidates("dkdv", 32, "ptr", entry, sparse=True) == tuning.DKDV
