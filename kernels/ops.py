@@ -217,7 +217,7 @@ def tma_applies(*tensors: Tensor) -> bool:
 # Triton releases (major, minor) whose Hopper warp specialiser builds *and runs* our TMA loops: none.
 # Triton 3.6 (the GPU machine's) builds them offline for sm_90 (kernels.compile_check) and ran the
 # 128-token GPU tests (session 3), but on the H200 at benchmark sizes (bf16, B*N = 16K, N = 4K and
-# 16K) every warp-specialised candidate -- forward d = 32 / 64 / 128 and dK/dV d = 64, 10 of them --
+# 16K) every warp-specialised candidate -- forward d = 32 / 64 / 128 and dK/dV d = 64, 7 of them --
 # was still running after 38-70 s where the pointer tiles finish in 1-3 s (killed by its timeout:
 # session 8, scripts/h200/ws_probe.py, results/kernels/README.md "Hopper TMA loads"); session 3's
 # tuner stalled on the same candidate. Triton 3.9 rejects the loops (its data partitioner halves
