@@ -129,6 +129,7 @@ class BlockSparseLayout:
         # a corner (a view of its parent's layout) shares its parent's plans: see corner()
         self._plans: dict[tuple, tuple[torch.Tensor, ...]] = {} if _parent is None else _parent._plans
         self._corners: dict[tuple[int, int], BlockSparseLayout] = {}
+        self._checked: set[tuple] = set()  # call signatures check() has passed
         self.key = next(_layout_keys)
         _LAYOUTS[self.key] = self
 
@@ -139,6 +140,7 @@ class BlockSparseLayout:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_checked", set())  # pickled before check() remembered signatures
         self.key = next(_layout_keys)
         _LAYOUTS[self.key] = self
 
@@ -159,9 +161,16 @@ class BlockSparseLayout:
         return float(self.layout.to(torch.float64).mean())
 
     def check(self, n_q: int, n_k: int, num_heads: int, device: torch.device) -> None:
+        """Raise if this layout does not fit a call (blocks for n_q x n_k, heads, device). A
+        signature that passed is remembered: the layout is fixed once built (see the class), so
+        later calls with it skip the check's host time."""
+        key = (n_q, n_k, num_heads, device)
+        if key in self._checked:
+            return
         _layouts.check_layout(self.layout[0] if self.shared else self.layout,
                               -(-n_q // self.block_size), -(-n_k // self.block_size), num_heads, device,
                               block_size=self.block_size)
+        self._checked.add(key)
 
     def corner(self, n_q_blocks: int, n_k_blocks: int) -> "BlockSparseLayout":
         """The layout of the top-left ``n_q_blocks x n_k_blocks`` blocks (cached; ``self`` for the whole).

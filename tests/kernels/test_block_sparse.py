@@ -188,3 +188,24 @@ def test_launch_order_across_head_groups_covers_every_tile():
     with override(Tiles(PassTiles(16, 16), PassTiles(16, 16), PassTiles(16, 16))):
         check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs,
                                 ref_kwargs=dict(allowed=expand_layout(layout, bs, n, n)))
+
+
+def test_layout_check_runs_once_per_call_signature(monkeypatch):
+    """A BlockSparseLayout checks a call signature once (the layout is fixed once built); a new
+    signature is checked, and a bad one still raises."""
+    from kernels import block_sparse
+
+    compiled = BlockSparseLayout.from_dense(torch.eye(3, dtype=torch.bool, device=DEVICE), 32)
+    calls = []
+    real = block_sparse._layouts.check_layout
+    monkeypatch.setattr(block_sparse._layouts, "check_layout", lambda *a, **kw: (calls.append(a[1:4]), real(*a, **kw)))
+    for _ in range(3):
+        compiled.check(96, 96, 2, DEVICE)
+    assert calls == [(3, 3, 2)]
+    compiled.check(80, 96, 2, DEVICE)  # 3 query blocks again, but another signature: checked
+    assert len(calls) == 2
+    with pytest.raises(ValueError):
+        compiled.check(200, 96, 2, DEVICE)  # 7 query blocks: the layout has 3
+    with pytest.raises(ValueError):
+        compiled.check(200, 96, 2, DEVICE)  # a failed signature is not remembered
+    assert len(calls) == 4
