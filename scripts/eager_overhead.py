@@ -10,7 +10,9 @@ allocations cheap, and three references run beside it:
   outputs and saved tensors as ours — what any Python-level autograd op costs;
 - `native op`: one elementwise op with a C++ autograd node, forward + backward — the order of what
   SDPA's C++ op pays;
-- the pieces of ours: input checks, seed draw, tile selection, the forward and backward launchers.
+- the pieces of ours: input checks, seed draw, tile selection, the forward and backward launchers;
+- the forward alone, dense and block-sparse (local layout through a ``BlockSparseLayout``), and the
+  block-sparse forward + backward.
 
 Usage: python scripts/eager_overhead.py [--iters 4000] [--out FILE.md]
 (Runs through Triton's interpreter module setup on CPU; the kernels themselves never run.)
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from kernels import flash_attention, ops, tiles  # noqa: E402
+from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention, layouts, ops, tiles  # noqa: E402
 from kernels import triton_attention as kern  # noqa: E402
 from kernels.dropout import draw_seed  # noqa: E402
 from kernels.validation import check_attention_inputs  # noqa: E402
@@ -103,6 +105,23 @@ def measure(iters: int, dropout_p: float = 0.1) -> list[tuple[str, float]]:
             ("  backward launcher (allocations, arguments, dQ buffer and cast)",
              _time_us(lambda: ops.launch_bwd(grad, None, q, k, v, out, lse, None, seed, None, None, None, None, False,
                                              dropout_p, scale, tile_list), iters)),
+        ]
+        # the block-sparse call on top: layout check, cached plans, tiles clamped to the block size
+        layout = BlockSparseLayout.from_dense(layouts.benchmark_layout("local", layouts.num_blocks(n, 16)), 16)
+
+        def forward_only(fn):
+            def run():
+                with torch.no_grad():
+                    fn()
+            return run
+        rows += [
+            ("flash_attention forward only (no autograd graph)",
+             _time_us(forward_only(lambda: flash_attention(q, k, v)), iters)),
+            ("block_sparse_flash_attention forward only (local layout, BlockSparseLayout)",
+             _time_us(forward_only(lambda: block_sparse_flash_attention(q, k, v, layout, block_size=16)), iters)),
+            ("block_sparse_flash_attention forward + backward",
+             _time_us(lambda: block_sparse_flash_attention(q, k, v, layout, block_size=16,
+                                                           dropout_p=dropout_p).backward(grad), iters)),
         ]
     finally:
         for name, kernel in saved.items():
