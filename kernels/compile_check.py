@@ -158,6 +158,27 @@ def _resources(cubin: bytes) -> str:
     return " ".join(fields) + f" spill-stores:{sass.count('STL')}"
 
 
+def _source(kernel: str, dtype: str, block_m: int, block_n: int, block_d: int, flags: dict, *, tma: bool = False,
+            warp_spec: bool = False):
+    """(Triton ASTSource of ``kernel`` -- "fwd", "dkdv", "dq" -- with these tiles and flags, whether
+    it was specialised as the JIT does for aligned inputs (all of EVEN_M / EVEN_N / EVEN_D))."""
+    from triton.compiler import ASTSource
+
+    from . import triton_attention as kern
+
+    fn = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}[kernel]
+    constexprs = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                      DOT_PREC="ieee" if dtype == "fp32" else None, UPCAST=False, USE_TMA=tma, WARP_SPEC=warp_spec)
+    if kernel == "dkdv":
+        constexprs.setdefault("FUSED_DQ", False)  # a constexpr with a default: spelled out here
+    sig = _signature(fn, dtype, constexprs)
+    attrs = None
+    aligned = flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]
+    if aligned:
+        sig, constexprs, attrs = _specialise(fn, sig, constexprs)
+    return ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs), aligned
+
+
 def _front_end(src, target, options: dict) -> str:
     """Triton IR -> Triton-GPU IR for ``target`` (no LLVM / ptxas, no GPU): the IR text, after the
     software pipeliner."""
@@ -188,20 +209,11 @@ def loop_copy_waits(kernel: str, sparse: bool, block_m: int, block_n: int, head_
     import re
 
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    from . import triton_attention as kern
-
-    fn = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}[kernel]
     flags = dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=sparse, EVEN_M=True, EVEN_N=True,
                  EVEN_D=True)
-    constexprs = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=head_dim, DOT_PREC=None, UPCAST=False,
-                      USE_TMA=False, WARP_SPEC=False)
-    if kernel == "dkdv":
-        constexprs["FUSED_DQ"] = False
-    sig, constexprs, attrs = _specialise(fn, _signature(fn, "bf16", constexprs), constexprs)
-    text = _front_end(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
-                      GPUTarget("cuda", arch, 32), {"num_warps": num_warps, "num_stages": num_stages})
+    src, _ = _source(kernel, "bf16", block_m, block_n, head_dim, flags)
+    text = _front_end(src, GPUTarget("cuda", arch, 32), {"num_warps": num_warps, "num_stages": num_stages})
     loop = text[text.index("scf.for"):]
     loop = loop[:loop.index("scf.yield")]
     return [int(n) for n in re.findall(r"async_wait[^{]*[{]num = (\d+)", loop)]
@@ -214,39 +226,27 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
     ("ptr", "tma", "tma+ws") / kernels ("fwd", "dkdv", "dq")."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    from . import triton_attention as kern
     from .ops import warp_spec_applies
     from .tiles import LOADS_NAMES, LOADS_POINTERS, LOADS_TMA_WS, PassTiles
 
-    kernels = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}
     target = GPUTarget("cuda", arch, 32)
     for kernel, dtype, bm, bn, bd, warps, n_stages, mode, flags in _variants(quick):
         if loads and LOADS_NAMES[mode] not in loads.split(","):
             continue
         if kernel_names and kernel not in kernel_names.split(","):
             continue
-        fn = kernels[kernel]
         # the launcher's choice: warp specialisation only where Triton can build it
         ws = warp_spec_applies(kernel, PassTiles(bm, bn, warps, n_stages, mode), causal=flags["IS_CAUSAL"],
                                dropout=flags["HAS_DROPOUT"], sparse=flags["SPARSE"], even_n=flags["EVEN_N"])
-        constexprs = dict(flags, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DOT_PREC="ieee" if dtype == "fp32" else None,
-                          UPCAST=False, USE_TMA=mode != LOADS_POINTERS, WARP_SPEC=ws)
-        if kernel == "dkdv":
-            constexprs.setdefault("FUSED_DQ", False)  # a constexpr with a default: spelled out here
-        sig = _signature(fn, dtype, constexprs)
-        attrs = None
-        if flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]:
-            sig, constexprs, attrs = _specialise(fn, sig, constexprs)
-        src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+        src, aligned = _source(kernel, dtype, bm, bn, bd, flags, tma=mode != LOADS_POINTERS, warp_spec=ws)
         t0 = time.perf_counter()
         options = {"num_warps": warps, "num_stages": n_stages}
         compiled = triton.compile(src, target=target, options=options) if ptx else None
         if compiled is None:
             _front_end(src, target, options)
         on = ",".join(k for k, v in flags.items() if v and not k.startswith("EVEN")) or "plain"
-        even = "aligned" if attrs is not None else "ragged"
+        even = "aligned" if aligned else "ragged"
         line = (f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} w{warps} s{n_stages} {LOADS_NAMES[mode]:<6} {on:<28} "
                 f"{even:<7} ok ({time.perf_counter() - t0:.1f}s)")
         if resources and compiled is not None:

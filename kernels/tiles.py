@@ -78,6 +78,9 @@ class Tiles:
         w = len(v) // 3
         return Tiles(*(PassTiles(*v[i * w:(i + 1) * w]) for i in range(3)))
 
+    # cached: block-sparse calls select (and clamp) their tiles on every call, and rebuilding three
+    # frozen dataclasses cost ~20 us of each call's host time
+    @functools.lru_cache(maxsize=256)
     def clamped(self, block_size: int) -> "Tiles":
         return Tiles(self.fwd.clamped(block_size), self.dkdv.clamped(block_size), self.dq.clamped(block_size))
 
@@ -249,15 +252,8 @@ def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: 
     else:
         tiles = _CPU
     if block_size is not None:
-        tiles = _clamped(tiles, block_size)
+        tiles = tiles.clamped(block_size)
     return tiles
-
-
-@functools.lru_cache(maxsize=256)
-def _clamped(tiles: Tiles, block_size: int) -> Tiles:
-    """``tiles.clamped(block_size)``, cached: block-sparse calls select their tiles on every call, and
-    rebuilding three frozen dataclasses cost ~20 us of each call's host time."""
-    return tiles.clamped(block_size)
 
 
 load_tuning_from_env()

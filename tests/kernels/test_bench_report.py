@@ -115,3 +115,9 @@ def test_merge_reports_keeps_every_cell_once_and_each_parts_provenance(tmp_path)
     with pytest.raises(ValueError, match="not a `lra bench kernels` CSV"):
         (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
         bench.merge_reports([str(tmp_path / "bad.csv")], str(tmp_path / "out"), "m2")
+
+
+def test_sparse_layout_names_are_the_kernels_benchmark_layouts():
+    from kernels import layouts
+
+    assert bench.SPARSE_LAYOUTS == layouts.BENCHMARK_LAYOUTS
