@@ -12,7 +12,10 @@ for orientation.
 ``--sparse LAYOUT`` (bigbird, local, butterfly: ``kernels.layouts.benchmark_layout``, blocks of
 ``--block-size``) times the block-sparse kernel on that layout instead, candidates clamped to the
 block size, and writes entries that ``kernels.tiles.load_tuning`` puts into the block-sparse table
-(16-bit, no dropout); the SDPA anchors are skipped there.
+(16-bit, no dropout); the SDPA anchors are skipped there. ``--combine A.json B.json --out C.json``
+merges runs on several layouts into one file whose winners minimise the geometric mean over all of
+them (``$LRA_KERNEL_TILES=C.json`` then puts them in the table of any later process). The JSON is
+rewritten after every timing, so a run cut short keeps what it measured.
 
 ``--loads tma`` times the Hopper TMA variants (``kernels.tiles.LOADS_*``) instead of the pointer
 lists, led by the table's entry and the same tiles with TMA loads, so the JSON holds pointer vs
@@ -23,6 +26,7 @@ strides, else the launcher falls back to pointer loads and the variants time the
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -50,6 +54,12 @@ DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3), (
 # loops of very sparse rows (the local layout visits 3 key blocks per query tile; its forward ran at
 # ~55 % of the dense kernel's TFLOP/s with 128-row tiles, session 7)
 FWD_SPARSE = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 128, 4, 2), (64, 64, 2, 3)]
+# every block-sparse pass: 4-stage twins of the shipped entries. Since the block-sparse loops carry
+# their list index one step ahead (kernels.triton_attention._fwd_tiles) their copies pipeline like the
+# dense loops', so a deeper pipeline may hide more of the latency of a gathered key block
+SPARSE_DEEP = {"fwd": [(64, 128, 4, 4), (128, 128, 4, 4), (64, 64, 4, 4)],
+               "dkdv": [(64, 128, 4, 4), (64, 64, 4, 4)],
+               "dq": [(64, 64, 4, 4), (128, 64, 4, 4)]}
 DQ_128 = [(128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3)]
 
 # Hopper TMA candidates, (BLOCK_M, BLOCK_N, num_warps, num_stages, loads) with loads 1 = TMA
@@ -67,11 +77,12 @@ DQ_128_TMA = [(128, 64, 8, 2, 1), (64, 64, 4, 3, 1)]
 def candidates(kind: str, head_dim: int, loads: str, table_entry: PassTiles, sparse: bool = False) -> list[tuple]:
     """Candidates of pass ``kind`` ("fwd", "dkdv", "dq") for ``head_dim``: the pointer lists
     (``loads="ptr"``), the TMA lists led by the table's entry and its TMA twin (``"tma"``), or both
-    (``"all"``); ``sparse`` adds the block-sparse forward's own pointer candidates."""
+    (``"all"``); ``sparse`` adds the block-sparse passes' own pointer candidates (64-row forward
+    tiles, 4-stage pipelines)."""
     big = padded_head_dim(head_dim) == 128
     ptr = {"fwd": FWD_128 if big else FWD, "dkdv": DKDV_128 if big else DKDV, "dq": DQ_128 if big else DQ}[kind]
-    if sparse and kind == "fwd":
-        ptr = list(ptr) + FWD_SPARSE
+    if sparse:
+        ptr = list(ptr) + (FWD_SPARSE if kind == "fwd" else []) + SPARSE_DEEP[kind]
     tma = {"fwd": FWD_128_TMA if big else FWD_TMA, "dkdv": DKDV_128_TMA if big else DKDV_TMA,
            "dq": DQ_128_TMA if big else DQ_TMA}[kind]
     t = table_entry
@@ -181,7 +192,14 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
                 return None
             entry[kind][str(cand)] = {"ms": dict(zip(seq_lens, ms)), "s": round(time.perf_counter() - t0, 1)}
             print(f"d={d} {kind} {cand}: " + " ".join(f"{m:.3f}" for m in ms) + " ms", flush=True)
+            checkpoint()
             return _geo(ms)
+
+        def checkpoint():  # after every timing, so a run cut short (a device call's timeout) keeps what it measured
+            entry["best"] = {k: [v.block_m, v.block_n, v.num_warps, v.num_stages, v.loads] for k, v in best.items()}
+            results[padded_head_dim(d)] = entry
+            if on_result is not None:
+                on_result(results)
 
         best = {}
         for kind in passes:
@@ -205,13 +223,59 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
                     scored.append((score, cand))
             if scored:
                 best[kind] = PassTiles(*min(scored)[1])
-        entry["best"] = {k: [v.block_m, v.block_n, v.num_warps, v.num_stages, v.loads] for k, v in best.items()}
-        results[padded_head_dim(d)] = entry
-        if on_result is not None:
-            on_result(results)
+            checkpoint()
         del shapes
         torch.cuda.empty_cache()
     return results
+
+
+def combine(paths: list[str]) -> dict:
+    """One tuning JSON from several ``--sparse`` runs of the same head dims on different layouts:
+    per head dim and pass, the candidate with the lowest geometric mean over every file's timings
+    (only candidates timed without error in all of them). ``kernels.tiles.load_tuning`` reads the
+    result like any tuning JSON (the block-sparse table); passes no candidate won are left out."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+            raise ValueError(f"{path}: not a kernels.tuning JSON (no 'results')")
+        runs.append((path, data))
+    head_dims = set.intersection(*(set(data["results"]) for _, data in runs))
+    if not head_dims:
+        raise ValueError(f"{', '.join(paths)}: no head dim was tuned in all of them")
+    results = {}
+    for d in sorted(head_dims, key=int):
+        entries = [(path, data["results"][d]) for path, data in runs]
+        kinds = {(bool(e.get("sparse")), (e.get("sparse") or {}).get("block_size"), float(e.get("dropout", 0.0)),
+                  e.get("dropout_bwd")) for _, e in entries}
+        if len(kinds) > 1:
+            raise ValueError(f"head dim {d}: the files tuned different kernels (block-sparse / block size / "
+                             f"dropout differ): {', '.join(paths)}")
+        first = entries[0][1]
+        best, score = {}, {}
+        for kind in ("fwd", "dkdv", "dq"):
+            timed = [{c: t["ms"] for c, t in e.get(kind, {}).items() if "ms" in t} for _, e in entries]
+            common = set.intersection(*(set(t) for t in timed))
+            if not common:
+                continue
+            geo = {c: _geo([float(ms) for t in timed for ms in t[c].values()]) for c in common}
+            winner = min(common, key=lambda c: (geo[c], c))
+            best[kind] = list(ast.literal_eval(winner))
+            score[kind] = {c: round(geo[c], 4) for c in sorted(common, key=geo.get)}
+        layouts = "+".join(str((e.get("sparse") or {}).get("layout", "dense")) for _, e in entries)
+        results[d] = {"best": best, "geomean_ms": score, "dropout": first.get("dropout", 0.0),
+                      "dropout_bwd": first.get("dropout_bwd"),
+                      "sparse": {"layout": layouts, "block_size": first["sparse"]["block_size"]}
+                      if first.get("sparse") else None}
+    return {"device": runs[0][1].get("device"), "torch": runs[0][1].get("torch"), "combined_from": list(paths),
+            "results": results}
+
+
+def _write_json(path: str, data: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv=None) -> int:
@@ -233,7 +297,22 @@ def main(argv=None) -> int:
     parser.add_argument("--block-size", type=int, default=128, choices=(32, 64, 128),
                         help="block size of the --sparse layout")
     parser.add_argument("--out", default=None, help="JSON file for every timing")
+    parser.add_argument("--combine", nargs="+", metavar="JSON", default=None,
+                        help="instead of timing: merge these tuning JSONs (e.g. one per --sparse layout) into --out, "
+                             "each pass's winner by the geometric mean over all of them")
     args = parser.parse_args(argv)
+    if args.combine:
+        if not args.out:
+            parser.error("--combine writes its result to --out; name the file")
+        try:
+            combined = combine(args.combine)
+        except (OSError, ValueError) as err:
+            print(f"kernels.tuning --combine: {err}", file=sys.stderr)
+            return 2
+        _write_json(args.out, combined)
+        for d, entry in combined["results"].items():
+            print(f"{d}: {entry['best']} (geometric mean over {len(args.combine)} files)")
+        return 0
     if args.sparse and args.dropout > 0.0:
         parser.error("--sparse tunes the block-sparse table, which has no dropout entries; leave out --dropout")
     if not torch.cuda.is_available():
@@ -241,10 +320,7 @@ def main(argv=None) -> int:
         return 2
     def save(results):  # after every head dim, so a run cut short keeps what it measured
         if args.out:
-            with open(args.out + ".tmp", "w") as f:
-                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f,
-                          indent=1, default=str)
-            os.replace(args.out + ".tmp", args.out)
+            _write_json(args.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results})
 
     results = tune([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seq_lens.split(",")],
                    args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save, dropout_p=args.dropout,

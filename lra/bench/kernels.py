@@ -512,7 +512,12 @@ def run(args) -> int:
         for path in args.tiles.split(","):
             for line in kernels.tiles.load_tuning(path):
                 print(line, flush=True)
+    if os.environ.get(kernels.tiles.TILES_ENV):
+        meta["tiles_env"] = os.environ[kernels.tiles.TILES_ENV]  # loaded when kernels.tiles was imported
     meta["tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d).as_list() for d in (16, 32, 64, 128)}
+    if [x for x in args.sparse_layouts if x != "none"]:  # the block-sparse table's entries, clamped to the block
+        meta["sparse_tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d, args.block_size).as_list()
+                                for d in sorted(set(args.sparse_head_dims))}
     report = Report(Path(args.out), args.name, meta, resume=args.resume)
     started = time.perf_counter()
     oom_from: dict[tuple, int] = {}  # (impl, pass, d, pattern) -> smallest N that ran out of memory

@@ -15,10 +15,12 @@
 # TUNE=0 TESTS_FIRST=1 SWEEP="2 8" LANE1_TESTS=tests/kernels/test_tma.py on one GPU (TESTS_FIRST ran
 # the tests after the grid, as TESTS does; it and the SWEEP loop over $LRA_SPARSE_FORWARD=persistent:K
 # went with the persistent kernel).
-# Next (prepared in session 8, not run): the block-sparse loops now carry their list index one step
-# ahead, so their copies pipeline like the dense loops' (kernels.triton_attention._fwd_tiles); re-tune
-# all three passes and re-measure the grid on two GPUs:
-#   OUT=$OUT LRA_GIT_REV=<rev> TUNE_PASSES=fwd,dkdv,dq TUNE_SECONDS=150 TESTS=1 DEADLINE=560 bash scripts/h200/sparse_grid.sh
+# Session 9: the block-sparse loops now carry their list index one step ahead, so their copies
+# pipeline like the dense loops' (kernels.triton_attention._fwd_tiles); re-tune all three passes
+# (with 4-stage candidates, kernels.tuning.SPARSE_DEEP) and measure the grid with the winners
+# (TUNED_GRID=1: `kernels.tuning --combine` over both layouts, loaded via $LRA_KERNEL_TILES; the
+# grid's .meta.json records the tiles it ran with) on two GPUs:
+#   OUT=$OUT LRA_GIT_REV=<rev> TUNE_PASSES=fwd,dkdv,dq TUNE_SECONDS=120 TUNED_GRID=1 TESTS=1 DEADLINE=560 bash scripts/h200/sparse_grid.sh
 RECIPE=sparse_grid
 source "$(dirname "$0")/lib.sh"
 NS=1k,2k,4k,8k,16k,32k,64k
@@ -27,11 +29,21 @@ lane() {
   local d=$1 tests=$2 layout
   # one GPU: the lanes run one after the other, so the first gets its share of the call's time
   if (( NGPU < 2 )) && [[ $d == 32 ]]; then local DEADLINE=$(( DEADLINE * ${LANE0_SHARE:-50} / 100 )); fi
+  local tuned=()
   (( ${TUNE:-1} )) && for layout in local bigbird; do
-    say "block-sparse forward tiles, $layout, d = $d"
+    local json="$WORK/tune_sparse_${layout}_${TUNE_PASSES:-fwd}_d$d.json"
+    say "block-sparse tiles ($TUNE_PASSES), $layout, d = $d"
+    rm -f "$json"
     timeout -k 5 "${TUNE_SECONDS:-75}" python3 -m kernels.tuning --sparse "$layout" --block-size 128 --head-dims "$d" \
-        --seq-lens 4096,16384 --passes "${TUNE_PASSES:-fwd}" --out "$WORK/tune_sparse_${layout}_${TUNE_PASSES:-fwd}_d$d.json"
+        --seq-lens 4096,16384 --passes "${TUNE_PASSES:-fwd}" --out "$json"
+    [[ -f $json ]] && tuned+=("$json")
   done
+  # TUNED_GRID=1: the grid (and tests) run with the tuned winners, by the geometric mean over both layouts
+  if (( ${TUNED_GRID:-0} )) && (( ${#tuned[@]} == 2 )); then
+    python3 -m kernels.tuning --combine "${tuned[@]}" --out "$WORK/tune_sparse_combined_d$d.json" \
+      && export LRA_KERNEL_TILES="$WORK/tune_sparse_combined_d$d.json"
+    say "grid tiles: ${LRA_KERNEL_TILES:-the committed table}"
+  fi
   say "block-sparse vs Flex vs dense, d = $d, N = $NS"
   timeout -k 5 "$(left 5)" python3 -m lra bench kernels --impls ours --head-dims "$d" --seq-lens "$NS" \
       --sparse-layouts bigbird,local,butterfly --sparse-head-dims "$d" --sparse-seq-lens "$NS" --approx none \

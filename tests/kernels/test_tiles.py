@@ -164,6 +164,56 @@ def test_block_sparse_forward_candidates_add_64_row_tiles():
     entry = tiles.PassTiles(128, 128, 4, 3)
     dense = tuning.candidates("fwd", 32, "ptr", entry)
     sparse = tuning.candidates("fwd", 32, "ptr", entry, sparse=True)
-    assert dense == tuning.FWD and sparse == tuning.FWD + tuning.FWD_SPARSE
+    assert dense == tuning.FWD and sparse == tuning.FWD + tuning.FWD_SPARSE + tuning.SPARSE_DEEP["fwd"]
     assert all(c[0] == 64 for c in tuning.FWD_SPARSE)
-    assert tuning.candidates("dkdv", 32, "ptr", entry, sparse=True) == tuning.DKDV
+    assert tuning.candidates("dkdv", 32, "ptr", entry) == tuning.DKDV
+    assert tuning.candidates("dkdv", 32, "ptr", entry, sparse=True) == tuning.DKDV + tuning.SPARSE_DEEP["dkdv"]
+    assert all(c[3] == 4 for cands in tuning.SPARSE_DEEP.values() for c in cands)
+
+
+def _tuned(tmp_path, name, layout, timings, head_dim=32, block_size=128):
+    """A --sparse tuning JSON: timings = {pass: {candidate tuple: [ms at each N] or None (failed)}}."""
+    entry = {"sparse": {"layout": layout, "block_size": block_size}, "dropout": 0.0, "best": {}}
+    for kind, cands in timings.items():
+        entry[kind] = {str(c): {"ms": dict(zip(("4096", "16384"), ms))} if ms else {"error": "OutOfResources"}
+                       for c, ms in cands.items()}
+    path = tmp_path / name
+    path.write_text(json.dumps({"device": "H200", "results": {str(head_dim): entry}}))
+    return str(path)
+
+
+def test_combine_picks_each_pass_by_the_geometric_mean_over_layouts(tmp_path, restore_tables):
+    """--combine: local favours A, BigBird favours B by more, so B wins; a candidate that failed (or was
+    not timed) on one layout cannot win; the merged file loads into the block-sparse table."""
+    from kernels import tuning
+
+    a, b, c = (64, 128, 4, 3, 0), (64, 64, 4, 4, 0), (128, 128, 4, 4, 0)
+    local = _tuned(tmp_path, "local.json", "local", {"fwd": {a: [0.20, 0.21], b: [0.22, 0.23], c: [0.01, 0.01]},
+                                                     "dq": {a: [1.0, 1.0]}})
+    bigbird = _tuned(tmp_path, "bigbird.json", "bigbird", {"fwd": {a: [0.70, 0.80], b: [0.50, 0.55], c: None},
+                                                           "dkdv": {b: [1.5, 1.6]}})
+    out = str(tmp_path / "both.json")
+    assert tuning.main(["--combine", local, bigbird, "--out", out]) == 0
+    merged = json.loads(open(out).read())
+    entry = merged["results"]["32"]
+    assert entry["best"] == {"fwd": list(b)}                      # dkdv / dq: timed on one layout only
+    assert entry["sparse"] == {"layout": "local+bigbird", "block_size": 128}
+    assert list(entry["geomean_ms"]["fwd"]) == [str(b), str(a)]   # c failed on BigBird: not a candidate
+    cuda = torch.device("cuda")
+    shipped = tiles._GPU_16BIT_SPARSE[32]
+    assert "d=32 block-sparse" in tiles.load_tuning(out)[0]
+    got = tiles.select(cuda, torch.bfloat16, 32, 128)
+    assert got.fwd == tiles.PassTiles(*b) and (got.dkdv, got.dq) == (shipped.dkdv.clamped(128), shipped.dq.clamped(128))
+
+
+def test_combine_rejects_files_of_different_kernels(tmp_path, capsys):
+    from kernels import tuning
+
+    one = _tuned(tmp_path, "a.json", "local", {"fwd": {(64, 64, 4, 3, 0): [1.0, 1.0]}}, block_size=128)
+    two = _tuned(tmp_path, "b.json", "local", {"fwd": {(64, 64, 4, 3, 0): [1.0, 1.0]}}, block_size=64)
+    assert tuning.main(["--combine", one, two, "--out", str(tmp_path / "c.json")]) == 2
+    assert "block size" in capsys.readouterr().err
+    other_dim = _tuned(tmp_path, "d.json", "local", {"fwd": {(64, 64, 4, 3, 0): [1.0, 1.0]}}, head_dim=64)
+    assert tuning.main(["--combine", one, other_dim, "--out", str(tmp_path / "c.json")]) == 2
+    with pytest.raises(SystemExit):
+        tuning.main(["--combine", one])                           # no --out
