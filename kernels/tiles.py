@@ -137,20 +137,24 @@ _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
 # (64, 64, 4, 3) 1.562 / 1.751 vs 1.593 / 1.916, dQ (64, 64, 4, 3) 1.309 / 1.466 vs 1.576 / 1.762.
 # Re-measured at d = 32 against FlexAttention in the same call (results/kernels/sparse_tuned_d32_h200.*):
 # block-sparse backward 10-14 % faster, forward within -3 / +4 %. 16 reuses 32's.
-# Session 8 (git 02c7913, `--passes fwd` on the local and BigBird layouts with the 64-row candidates,
-# results/kernels/sparse_grid/tune_sparse_*_fwd_d*.json): at d = 32, 64-row query tiles (twice the
-# programs, more of them in flight per SM to hide the latency of short key loops) beat the 128-row
-# ones: (64, 128, 4, 2) local 0.277 / 0.281 ms, BigBird 0.671 / 0.707 vs (128, 128, 4, 3) 0.306 /
-# 0.309, 0.728 / 0.822 (best geometric mean over both layouts and lengths; (64, 64, 4, 3) and
-# (64, 128, 4, 3) within 1 %); at d = 64 (128, 128, 4, 3) stays best on both. Those timings predate
-# the block-sparse loops' carried list index (kernels.triton_attention._fwd_tiles), without which
-# Triton pipelined none of their copies below 5 stages; with it a loop overlaps its copies only from
-# 3 stages (at 2 the dense loop does not either), so the d = 32 entry takes the 3-stage twin of the
-# winner, (64, 128, 4, 3) -- chosen from the compiled code, not yet timed on the GPU.
+# Session 8 (git 02c7913, `--passes fwd`, local and BigBird): 64-row query tiles beat 128-row ones at
+# d = 32 for the then unpipelined loops (results/kernels/sparse_grid/tune_sparse_*_fwd_d*.json).
+# Session 9, after the block-sparse loops began carrying their list index one step ahead
+# (kernels.triton_attention._fwd_tiles; their copies now pipeline like the dense loops'): all three
+# passes re-tuned on the H200 on the local and BigBird layouts (git dc8f0fa, `python -m kernels.tuning
+# --sparse local|bigbird --block-size 128 --head-dims D --seq-lens 4096,16384`, 4-stage candidates
+# added), the winners picked by the geometric mean over both layouts and both lengths (`--combine`;
+# results/kernels/sparse_grid/s9_call1_dc8f0fa/tune_sparse_*.json). Geometric means, ms:
+# d = 32: fwd (128, 64, 4, 3) 0.385 vs (64, 64, 4, 3) 0.386, (64, 128, 4, 3) [session 8's] 0.418;
+#         dK/dV (64, 128, 4, 3) 0.961 vs (64, 128, 4, 4) 0.970; dQ (128, 32, 4, 3) 0.923 vs (64, 64, 4, 3) 0.969
+# d = 64: fwd (64, 64, 4, 3) 0.279 vs (128, 128, 4, 3) [session 7's] 0.294; dK/dV (32, 64, 4, 3) 0.793
+#         vs (64, 64, 4, 3) 0.799; dQ (128, 64, 4, 3) 0.783 vs (64, 64, 4, 3) 0.792.
+# The 4-stage twins never won. The grid with exactly these tiles: results/kernels/sparse_grid_h200.*.
+# 16 reuses 32's.
 _GPU_16BIT_SPARSE: dict[int, Tiles] = {
-    16: Tiles(PassTiles(64, 128, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
-    32: Tiles(PassTiles(64, 128, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(64, 64, 4, 3)),
-    64: Tiles(PassTiles(128, 128, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
+    16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(128, 32, 4, 3)),
+    32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(128, 32, 4, 3)),
+    64: Tiles(PassTiles(64, 64, 4, 3), PassTiles(32, 64, 4, 3), PassTiles(128, 64, 4, 3)),
 }
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
 

@@ -7,7 +7,10 @@
 # device tool returns at most 8 files).
 #
 # Environment: OUT (required), KEEP (default /root/lra-keep), DEADLINE (seconds, default 540):
-# lanes size their time budgets so that the call ends before it.
+# lanes size their time budgets so that the call ends before it. Two recipes can share an x2 call,
+# one per GPU, each in its own OUT subfolder and without the copies beside the archive:
+#   (CUDA_VISIBLE_DEVICES=0 OUT=$OUT/a PACK_BESIDE=0 bash scripts/h200/A.sh &
+#    CUDA_VISIBLE_DEVICES=1 OUT=$OUT/b PACK_BESIDE=0 bash scripts/h200/B.sh & wait)
 set -uo pipefail
 OUT=${OUT:?set OUT to the folder that comes back}
 KEEP=${KEEP:-/root/lra-keep}
@@ -30,7 +33,12 @@ left() { local l=$(( DEADLINE - $(elapsed) - ${1:-15} )); (( l < 1 )) && l=1; ec
 lra() { python3 -m lra "$@"; }
 say() { echo "[$(elapsed)s] $*"; }
 
-# run_lanes FN0 FN1: FN0 on GPU 0 and FN1 on GPU 1 at once (one GPU: FN0 then FN1 on GPU 0)
+# The GPU of a one-GPU run: the one the caller made visible (so that two recipes can share an x2
+# machine, each started with its own CUDA_VISIBLE_DEVICES), else GPU 0.
+ONE_GPU=${CUDA_VISIBLE_DEVICES:-0}
+
+# run_lanes FN0 FN1: FN0 on GPU 0 and FN1 on GPU 1 at once. One GPU: FN0 then FN1 on $ONE_GPU, FN0
+# ending by its share of the time left (LANE0_SHARE percent, default 50) so that FN1 gets the rest.
 run_lanes() {
   if (( NGPU >= 2 )); then
     (export CUDA_VISIBLE_DEVICES=0; "$1") > "$WORK/lane0.log" 2>&1 &
@@ -39,8 +47,9 @@ run_lanes() {
     local p1=$!
     wait $p0 $p1
   else
-    (export CUDA_VISIBLE_DEVICES=0; "$1") > "$WORK/lane0.log" 2>&1
-    (export CUDA_VISIBLE_DEVICES=0; "$2") > "$WORK/lane1.log" 2>&1
+    local lane0_deadline=$(( $(elapsed) + (DEADLINE - $(elapsed)) * ${LANE0_SHARE:-50} / 100 ))
+    (export CUDA_VISIBLE_DEVICES=$ONE_GPU; DEADLINE=$lane0_deadline; "$1") > "$WORK/lane0.log" 2>&1
+    (export CUDA_VISIBLE_DEVICES=$ONE_GPU; "$2") > "$WORK/lane1.log" 2>&1
   fi
 }
 
@@ -74,10 +83,11 @@ pack() {
     python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
   } > "$WORK/machine.txt"
   # lane logs and machine.txt are also inside the archive; copied beside it while the device
-  # tool's limit of 8 files allows (run-tree parts from pack_runs come first)
+  # tool's limit of 8 files allows (run-tree parts from pack_runs come first; PACK_BESIDE=0: none,
+  # for two recipes sharing one call)
   local f
   for f in "$WORK/machine.txt" "$WORK"/lane*.log; do
-    (( $(find "$OUT" -maxdepth 1 -type f | wc -l) < 7 )) && cp "$f" "$OUT/"
+    (( $(find "$OUT" -maxdepth 1 -type f | wc -l) < ${PACK_BESIDE:-7} )) && cp "$f" "$OUT/"
   done
   tar czf "$OUT/$RECIPE.tar.gz" -C "$WORK" --exclude='*.ckpt' . 2>/dev/null
   ls -la "$OUT"

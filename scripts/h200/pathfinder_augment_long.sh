@@ -10,6 +10,8 @@
 # min, two calls), validating on 2,000 images every 625 steps:
 #   GPU 0: with data.augment=dihedral (cannot memorise: a rising training accuracy is generalisation);
 #   GPU 1: without augmentation (the paper setting exactly: does it generalise after memorising?).
+# LANES=dihedral: only the first run, alone on one GPU (session 9: GPU 0 of an x2 call whose GPU 1
+# runs another recipe; see lib.sh on sharing a call).
 # WIDE=1: GPU 1 runs a larger model instead (dim 128, 4 layers, 4 heads x 32, MLP 256, lr 5e-4,
 # 20,000 steps, dihedral; about 3x the step time: session 7's H7 ran 89.8 ms/step four to a GPU).
 # A run is longer than a call: each call trains until DEADLINE, then SIGINT makes Lightning save
@@ -51,8 +53,9 @@ if (( ${WIDE:-0} )); then
 else
   lane1() { long L2_paper_plain 1e-4 62500; }
 fi
-if (( NGPU >= 2 )); then run_lanes lane0 lane1
-else (export CUDA_VISIBLE_DEVICES=0; lane0 & lane1 & wait) > "$WORK/lane0.log" 2>&1
+if [[ ${LANES:-both} == dihedral ]]; then (export CUDA_VISIBLE_DEVICES=$ONE_GPU; lane0) > "$WORK/lane0.log" 2>&1
+elif (( NGPU >= 2 )); then run_lanes lane0 lane1
+else (export CUDA_VISIBLE_DEVICES=$ONE_GPU; lane0 & lane1 & wait) > "$WORK/lane0.log" 2>&1
 fi
 
 collect_results

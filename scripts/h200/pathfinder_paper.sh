@@ -81,7 +81,7 @@ else
   echo "PHASE must be pretrain or finetune, got $PHASE" >&2; exit 2
 fi
 if (( NGPU >= 2 )); then run_lanes lane0 lane1
-else (export CUDA_VISIBLE_DEVICES=0; if [[ $PHASE == pretrain ]]; then lane0; else lane0; lane1; fi) > "$WORK/lane0.log" 2>&1
+else (export CUDA_VISIBLE_DEVICES=$ONE_GPU; if [[ $PHASE == pretrain ]]; then lane0; else lane0; lane1; fi) > "$WORK/lane0.log" 2>&1
 fi
 
 collect_results

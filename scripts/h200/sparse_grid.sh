@@ -27,8 +27,6 @@ NS=1k,2k,4k,8k,16k,32k,64k
 
 lane() {
   local d=$1 tests=$2 layout
-  # one GPU: the lanes run one after the other, so the first gets its share of the call's time
-  if (( NGPU < 2 )) && [[ $d == 32 ]]; then local DEADLINE=$(( DEADLINE * ${LANE0_SHARE:-50} / 100 )); fi
   local tuned=()
   (( ${TUNE:-1} )) && for layout in local bigbird; do
     local json="$WORK/tune_sparse_${layout}_${TUNE_PASSES:-fwd}_d$d.json"
