@@ -462,7 +462,8 @@ def merge_reports(paths: list[str], out_dir: str, name: str) -> pd.DataFrame:
             continue
         parts.append({"csv": csv.name, "rows": len(df),
                       **{k: meta.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings",
-                                                  "tiles", "wall_s", "incomplete")}})
+                                                  "tiles", "sparse_tiles", "tiles_from", "tiles_env", "wall_s",
+                                                  "incomplete") if k in meta}})
     merged = pd.concat(frames, ignore_index=True).drop_duplicates(subset=KEY, keep="last")
     first = parts[0]
     meta = {"merged_from": parts, "device": first.get("device"), "versions": first.get("versions"),

@@ -88,7 +88,8 @@ def test_merge_reports_keeps_every_cell_once_and_each_parts_provenance(tmp_path)
     def part(name, rows, rev):
         d = tmp_path / "parts"
         report = bench.Report(d, name, {"device": "TestGPU", "git_rev": rev, "date": f"2026-11-30T1{rev}",
-                                        "command": f"run {name}", "settings": {"dtype": "bf16"}})
+                                        "command": f"run {name}", "settings": {"dtype": "bf16"},
+                                        "sparse_tiles": {"32": [128, 64, 4, 3, 0]}, "tiles_env": f"tuned_{name}.json"})
         for impl, n, ms in rows:
             row = dict(impl=impl, seq_len=n, head_dim=64, batch=1, heads=32, dtype="bf16", pattern="dense",
                        density=1.0, ms=ms, tflops=1.0 / ms, extra_mem_gb=0.1, status="ok", note="")
@@ -104,6 +105,9 @@ def test_merge_reports_keeps_every_cell_once_and_each_parts_provenance(tmp_path)
     assert frame.loc[(frame.impl == "ours") & (frame.seq_len == 1024), "ms"].item() == 0.9  # later part wins
     meta = json.loads((tmp_path / "out" / "merged.meta.json").read_text())
     assert [p["command"] for p in meta["merged_from"]] == ["run a", "run b"] and meta["git_rev"] == "1, 2"
+    # the tiles each part ran with (block-sparse table, a tuning file loaded via $LRA_KERNEL_TILES) travel along
+    assert [p["tiles_env"] for p in meta["merged_from"]] == ["tuned_a.json", "tuned_b.json"]
+    assert meta["merged_from"][0]["sparse_tiles"] == {"32": [128, 64, 4, 3, 0]}
     assert "TestGPU" in (tmp_path / "out" / "merged.md").read_text()
     # extending a merged report with a new part keeps the original runs' provenance, not the merge's
     c = part("c", [("ours", 4096, 9.0)], "3")
