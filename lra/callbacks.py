@@ -1,5 +1,6 @@
-"""Lightning callbacks of a training run: throughput / memory / timing statistics, and validation
-after the final step.
+"""Lightning callbacks of a training run: throughput / memory / timing statistics, validation after
+the final step, and the checkpoints a run resumes from (`last.ckpt` after every validation and at an
+interruption, written atomically).
 
 `TrainingStats` measures what a run record reports:
 - training throughput in samples/s and tokens/s and the mean step time, over the training steps
@@ -14,10 +15,14 @@ padding included, because that is what the compute scales with.
 """
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 GIB = 2**30
@@ -175,6 +180,45 @@ class ValidateAtEnd(pl.Callback):
             trainer.should_stop = True
 
 
+def save_checkpoint_atomically(trainer: pl.Trainer, path: Path) -> None:
+    """`trainer.save_checkpoint` to a temporary file renamed over `path`: a process killed while
+    writing leaves the previous checkpoint intact. Collective under DDP, like save_checkpoint."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    if trainer.is_global_zero:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    trainer.save_checkpoint(tmp)
+    if trainer.is_global_zero:
+        os.replace(tmp, path)
+
+
+class BestAndLastCheckpoint(ModelCheckpoint):
+    """The best checkpoint by the monitored metric (Lightning's top-k logic) and `last.ckpt` after
+    every validation of a fit.
+
+    Lightning 2.x's `save_last=True` refreshes last.ckpt only when it also saves a new top-k
+    checkpoint, so a run stopped without a graceful shutdown (SIGKILL, a lost machine) resumed from
+    its best step, not its latest (session 9: a Pathfinder run redid ~6,000 steps). last.ckpt is
+    written after the best checkpoint, so it records which one that is (`lra.transfer` reads it),
+    and atomically."""
+
+    def __init__(self, dirpath, **kwargs):
+        super().__init__(dirpath=dirpath, save_last=False, **kwargs)
+        self.last_path = Path(dirpath) / "last.ckpt"
+
+    @property
+    def state_key(self) -> str:
+        # a plain ModelCheckpoint's key: run trees saved before this class resume with their best-k
+        # state, and readers of a checkpoint's callback states find it under the usual name
+        return super().state_key.replace(type(self).__qualname__, "ModelCheckpoint", 1)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING or trainer.global_step <= 0:
+            return
+        save_checkpoint_atomically(trainer, self.last_path)
+
+
 class SaveOnInterrupt(pl.Callback):
     """On an exception during training (Ctrl-C, a crash), save `last.ckpt` at the current step so
     `--resume` repeats no finished step. Single-process runs only: in DDP the other ranks may not
@@ -190,6 +234,6 @@ class SaveOnInterrupt(pl.Callback):
         if trainer.global_step <= 0:
             return
         try:
-            trainer.save_checkpoint(self.path, weights_only=False)
+            save_checkpoint_atomically(trainer, self.path)
         except Exception as err:  # noqa: BLE001 - never hide the original exception
             rank_zero_info(f"could not save an interrupt checkpoint: {err}")

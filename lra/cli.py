@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 # Order is the order `lra --help` lists them in.
 COMMANDS = ("info", "data", "train", "sweep", "bench", "table", "plot", "transfer")
@@ -26,9 +28,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def interruptible() -> None:
+    """Make SIGINT raise KeyboardInterrupt even in a process that started with SIGINT ignored.
+
+    A job a non-interactive shell starts in the background (`cmd &`) ignores SIGINT, and so does
+    every process it starts; Python then installs no SIGINT handler at all. `timeout -s INT` (the way
+    the device recipes stop a run at a deadline) or Ctrl-C would not reach a training run, which
+    Lightning would otherwise shut down gracefully -- saving last.ckpt at the current step -- and the
+    later SIGKILL would lose every step since the last validation checkpoint (session 9: ~6,000
+    Pathfinder steps)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    interruptible()
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, KeyError) as err:

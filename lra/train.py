@@ -31,7 +31,7 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra import provenance
-from lra.callbacks import SaveOnInterrupt, TrainingStats, ValidateAtEnd
+from lra.callbacks import BestAndLastCheckpoint, SaveOnInterrupt, TrainingStats, ValidateAtEnd
 from lra.config import RunConfig
 from lra.model import DataSpec
 from lra.module import LraModule
@@ -188,8 +188,8 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
     t, o = config.train, config.optim
     ckpt_dir = run_dir / "checkpoints"
     stats = TrainingStats(warmup_steps=t.throughput_warmup_steps, monitor=MONITOR, verbose=not progress_bar)
-    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best-step{step}", monitor=MONITOR, mode="max",
-                           save_top_k=1, save_last=True, auto_insert_metric_name=False)
+    best = BestAndLastCheckpoint(dirpath=ckpt_dir, filename="best-step{step}", monitor=MONITOR, mode="max",
+                                 save_top_k=1, auto_insert_metric_name=False)
     cbs = [stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / "last.ckpt"),
            LearningRateMonitor(logging_interval="step"), *callbacks]
     if progress_bar:

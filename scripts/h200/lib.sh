@@ -62,6 +62,20 @@ collect_results() {
   done
 }
 
+# join_metrics RUN_DIR OUT_CSV: the Lightning metrics.csv of every version under RUN_DIR (one version
+# per call of a run spread over calls), joined in version order (the name
+# scripts/pathfinder_fit_report.py pairs with the run's <NAME>.log is metrics_<NAME>.csv)
+join_metrics() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+from pathlib import Path
+import pandas as pd
+files = sorted(Path(sys.argv[1]).rglob("metrics.csv"), key=lambda p: int(p.parent.name.split("_")[-1]))
+if files:
+    pd.concat([pd.read_csv(f) for f in files], ignore_index=True).to_csv(sys.argv[2], index=False)
+PY
+}
+
 # pack_runs: the whole run tree ($RUNS: records, logs and checkpoints) as $OUT/<recipe>_runs.tar.gz.part-*,
 # so that a later session can build on it: unpack it into a folder that .git/info/exclude ignores
 # (e.g. .keep/runs), name that folder in the device tool's `carry`, and run with RUNS=.keep/runs:

@@ -59,17 +59,6 @@ else (export CUDA_VISIBLE_DEVICES=$ONE_GPU; lane0 & lane1 & wait) > "$WORK/lane0
 fi
 
 collect_results
-# each run's Lightning metrics, one version per call, joined in version order into metrics_<name>.csv
-# (the name scripts/pathfinder_fit_report.py pairs with <name>.log)
-for d in "$RUNS"/*/; do
-  python3 - "$d" "$WORK/metrics_$(basename "$d").csv" <<'PY'
-import sys
-from pathlib import Path
-import pandas as pd
-files = sorted(Path(sys.argv[1]).rglob("metrics.csv"), key=lambda p: int(p.parent.name.split("_")[-1]))
-if files:
-    pd.concat([pd.read_csv(f) for f in files], ignore_index=True).to_csv(sys.argv[2], index=False)
-PY
-done
+for d in "$RUNS"/L*/; do join_metrics "$d" "$WORK/metrics_$(basename "$d").csv"; done
 pack_runs
 pack

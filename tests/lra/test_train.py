@@ -203,6 +203,58 @@ def test_ctrl_c_saves_the_step_and_records_the_interruption(tmp_path, data_dir):
     assert last["global_step"] == 4
 
 
+def test_a_run_killed_without_a_graceful_stop_resumes_from_its_last_validation(tmp_path, data_dir, monkeypatch):
+    """last.ckpt is written after every validation, not only with a new best checkpoint (Lightning's
+    save_last), so a hard kill (SIGKILL: no exception handler runs) loses only the steps since the
+    last validation; the checkpoint's callback state still names the best checkpoint."""
+    from lra import callbacks
+    from lra.transfer import stage_checkpoint
+
+    monkeypatch.setattr(callbacks.SaveOnInterrupt, "on_exception", lambda *args: None)  # as under SIGKILL
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=[*FAST, "train.max_steps=12", "train.val_check_interval=3"])
+    with pytest.raises(RunFailed):
+        train(config, callbacks=[Crash(11, RuntimeError("machine lost"))], progress_bar=False)
+    ckpt_dir = config.run_dir() / "checkpoints"
+    last = torch.load(ckpt_dir / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 9                                  # validations at 3, 6, 9
+    assert not list(ckpt_dir.glob("*.tmp"))
+    states = [v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    assert len(states) == 1 and Path(states[0]["best_model_path"]).name in {p.name for p in ckpt_dir.glob("best-*.ckpt")}
+    assert stage_checkpoint(config.run_dir(), "best").name == Path(states[0]["best_model_path"]).name
+    counter = CountBatches()
+    rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
+    assert counter.steps == [10, 11, 12] and rec["status"] == "completed"
+    assert len(list(ckpt_dir.glob("best-*.ckpt"))) == 1
+
+
+def test_the_cli_is_interruptible_even_when_started_with_sigint_ignored():
+    """A background job of a non-interactive shell starts with SIGINT ignored; `lra` re-enables it, so
+    `timeout -s INT` reaches the run (and the test above shows what the run then saves)."""
+    code = ("import os, signal\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "from lra.cli import interruptible\n"
+            "interruptible()\n"
+            "try:\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    signal.sigtimedwait([], 0.5) if hasattr(signal, 'sigtimedwait') else None\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout.strip() == "interrupted", proc.stderr[-2000:]
+    # and a process that had a handler of its own keeps it
+    code = ("import signal\n"
+            "def mine(*_): pass\n"
+            "signal.signal(signal.SIGINT, mine)\n"
+            "from lra.cli import interruptible\n"
+            "interruptible()\n"
+            "print(signal.getsignal(signal.SIGINT) is mine)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout.strip() == "True", proc.stderr[-2000:]
+
+
 def test_oom_is_recorded_as_oom(tmp_path, data_dir):
     config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
                      overrides=FAST)

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Device calls (issue #7), prepared in session 9, not run yet: does a Pathfinder-32 model that has
+# learned the task transfer to Pathfinder-64? Session 9's pathfinder_augment_long.sh run
+# L1_paper_dihedral (the paper model with dihedral augmentation, easy images) is the first of ours to
+# leave chance: validation 50 % until ~14K steps, then 59-65 % from 15K on (results/pathfinder/long/).
+# Its best checkpoint starts a Pathfinder-64 run (4,096 tokens; every weight copied, the learned
+# positional grid duplicated 2x2 -- the recipe's Path-64 -> Path-X step one resolution lower), against
+# the identical run from random weights:
+#   lane 0: --init-from the best Pathfinder-32 checkpoint under $INIT_RUNS;   lane 1: from scratch.
+# Both: the paper model and optimizer (lr 1e-4, AdamW), easy images (contour length 6, as the
+# pretraining), data.augment=dihedral (without it our runs memorise), batch $BATCH, 312 warm-up steps
+# then cosine decay over $STEPS steps, validation on 2,000 images every $VAL steps. Two GPUs: one lane
+# each; one GPU: both lanes side by side on it (equal shares, so the comparison stays fair).
+# A run is longer than a call: each call trains until DEADLINE, then SIGINT makes Lightning save
+# last.ckpt; the next call resumes it. The run tree travels between calls as in
+# pathfinder_augment_long.sh, in the same folder as the pretraining (its checkpoint is the input):
+#   call:  run(command="OUT=$OUT LRA_GIT_REV=<rev> RUNS=.keep/runs9 DEADLINE=575 bash scripts/h200/pathfinder64_transfer.sh",
+#              carry=[".keep/runs9"])
+#   here:  cat <files_at>/pathfinder64_transfer_runs.tar.gz.part-* | tar xz -C .keep/runs9
+# CPU check (tiny model and data, sdpa; trains its own tiny Pathfinder-32 run as the checkpoint):
+#   DRY=1 DEADLINE=150 OUT=/tmp/o KEEP=/tmp/k RUNS=/tmp/k/r bash scripts/h200/pathfinder64_transfer.sh
+RECIPE=pathfinder64_transfer
+source "$(dirname "$0")/lib.sh"
+N=${N:-60000}              # Pathfinder-64 easy: 48,000 / 6,000 / 6,000 images
+EVAL=${EVAL:-2000}
+BATCH=${BATCH:-128}
+STEPS=${STEPS:-30000}
+VAL=${VAL:-500}
+WARMUP=312
+INIT_RUNS=${INIT_RUNS:-$RUNS/L1_paper_dihedral}
+ATTN=flash
+MODEL=()
+if (( ${DRY:-0} )); then
+  N=200; EVAL=16; ATTN=sdpa; BATCH=4; STEPS=40; VAL=10; WARMUP=4
+  MODEL=(model.dim=16 model.depth=1 model.num_heads=2 model.head_dim=8 model.mlp_dim=32)
+  say "dry run: a tiny Pathfinder-32 run to transfer from"
+  lra data generate pathfinder32 --n 200 --difficulty easy --out "$DATA" > "$WORK/data_pf32.log" 2>&1
+  lra train --task pathfinder32 --attention sdpa --preset paper --runs-dir "$INIT_RUNS" --data-dir "$DATA" \
+      --no-progress data.difficulty=easy train.max_steps=20 optim.warmup_steps=2 train.batch_size=4 train.val_check_interval=10 \
+      data.limit_eval=16 "${MODEL[@]}" > "$WORK/pretrain_dry.log" 2>&1
+fi
+
+INIT=$(find "$INIT_RUNS" -path '*pathfinder32*' -name 'best-*.ckpt' 2>/dev/null | sort | tail -1)
+if [[ -z $INIT ]]; then
+  say "no best-*.ckpt of a Pathfinder-32 run under $INIT_RUNS: carry the run tree (header)"; exit 2
+fi
+say "transfer from $INIT"
+
+say "data: Pathfinder-64, $N easy images"
+lra data generate pathfinder64 --n "$N" --difficulty easy --out "$DATA" --workers "$(nproc)" > "$WORK/data_pf64.log" 2>&1
+
+# stage NAME [ARG ...]: one Pathfinder-64 run until DEADLINE (40 s kept for the shutdown and packing)
+stage() {
+  local name=$1; shift
+  local cmd=(python3 -m lra train --task pathfinder64 --attention "$ATTN" --preset paper --runs-dir "$RUNS/$name"
+             --data-dir "$DATA" --no-progress --resume "$@" data.difficulty=easy data.augment=dihedral
+             "train.batch_size=$BATCH" "train.max_steps=$STEPS" "optim.warmup_steps=$WARMUP" optim.schedule=cosine
+             "train.val_check_interval=$VAL" "data.limit_train=$(( N * 8 / 10 ))" "data.limit_eval=$EVAL"
+             "${MODEL[@]}")
+  say "$name: $(left 40) s"
+  timeout -s INT -k 30 "$(left 40)" "${cmd[@]}" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
+}
+lane0() { stage T1_pf64_from_pf32 --init-from "$INIT"; }
+lane1() { stage T2_pf64_scratch; }
+if (( NGPU >= 2 )); then run_lanes lane0 lane1
+else (export CUDA_VISIBLE_DEVICES=$ONE_GPU; lane0 & lane1 & wait) > "$WORK/lane0.log" 2>&1
+fi
+
+for name in T1_pf64_from_pf32 T2_pf64_scratch; do
+  collect_results "$RUNS/$name"
+  join_metrics "$RUNS/$name" "$WORK/metrics_$name.csv"
+done
+pack_runs
+pack
