@@ -219,6 +219,45 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         save_checkpoint_atomically(trainer, self.last_path)
 
 
+STOP_AT_ENV = "LRA_STOP_AT"
+
+
+class StopAt(pl.Callback):
+    """Interrupt a fit at the first training-step boundary at or after `deadline` (Unix seconds), as
+    Ctrl-C would: Lightning shuts down gracefully, `SaveOnInterrupt` writes last.ckpt at that step,
+    the record says "interrupted" and `--resume` continues. `lra train` (and the commands that run
+    it) reads the deadline from $LRA_STOP_AT, so that a run spread over several calls of a machine
+    with a time limit stops in time and loses nothing, without depending on a signal reaching it
+    (session 9: a `timeout -s INT` at a device call's deadline ended a run without the graceful
+    shutdown, and ~6,000 steps were trained twice). Under DDP rank 0's clock decides for all ranks."""
+
+    def __init__(self, deadline: float):
+        super().__init__()
+        self.deadline = float(deadline)
+
+    @classmethod
+    def from_env(cls) -> "StopAt | None":
+        import os
+
+        raw = os.environ.get(STOP_AT_ENV, "").strip()
+        if not raw:
+            return None
+        try:
+            deadline = float(raw)
+        except ValueError:
+            raise ValueError(f"${STOP_AT_ENV} must be a time in Unix seconds (e.g. $(( $(date +%s) + 600 ))), "
+                             f"got {raw!r}") from None
+        return cls(deadline)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
+        stop = time.time() >= self.deadline
+        if trainer.world_size > 1:
+            stop = bool(trainer.strategy.broadcast(stop, src=0))
+        if stop:
+            rank_zero_info(f"${STOP_AT_ENV} reached at step {trainer.global_step}: stopping (resume with --resume)")
+            raise KeyboardInterrupt(f"${STOP_AT_ENV} reached")
+
+
 class SaveOnInterrupt(pl.Callback):
     """On an exception during training (Ctrl-C, a crash), save `last.ckpt` at the current step so
     `--resume` repeats no finished step. Single-process runs only: in DDP the other ranks may not

@@ -6,6 +6,8 @@ TensorBoard when installed), `checkpoints/` (`best-*.ckpt` by validation accurac
 written at every validation, on an interruption and at the end) and `result.json`, written
 atomically: `running` when training starts, then `completed`, `failed` (with the error text) or
 `oom` (CUDA out of memory). `--resume` continues from `last.ckpt` to the same final step count.
+$LRA_STOP_AT (Unix seconds) stops a run at that time as Ctrl-C does (last.ckpt at the current step,
+record `failed` / interrupted, resumable): machines with a time limit stop runs that way.
 
 Only global rank 0 touches the run folder; under DDP the other ranks just train.
 """
@@ -31,7 +33,8 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra import provenance
-from lra.callbacks import BestAndLastCheckpoint, SaveOnInterrupt, TrainingStats, ValidateAtEnd
+from lra.callbacks import (BestAndLastCheckpoint, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd,
+                           save_checkpoint_atomically)
 from lra.config import RunConfig
 from lra.model import DataSpec
 from lra.module import LraModule
@@ -305,6 +308,9 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     """Run one training and return its record. Bad input: ValueError before anything is written.
     A run that starts and then fails: its record is written and `RunFailed` raised."""
     _quiet_known_noise()
+    stop_at = StopAt.from_env()  # $LRA_STOP_AT: a graceful, resumable stop at a wall-clock deadline
+    if stop_at is not None:
+        callbacks = (*callbacks, stop_at)
     runtime = resolve_runtime(config)
     pl.seed_everything(config.seed, workers=True, verbose=False)
     dm, module, spec = prepare(config, runtime, attention_factory=attention_factory)
@@ -364,7 +370,7 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         trainer.fit(module, datamodule=dm, ckpt_path=resume_from, **_OWN_CHECKPOINT)
         # Testing restores the best checkpoint, callback states included: take the summary first.
         summary = stats.summary()
-        trainer.save_checkpoint(last, weights_only=False)
+        save_checkpoint_atomically(trainer, last)
         best_path = best.best_model_path or None
         results = trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False, **_OWN_CHECKPOINT)
         test_acc = float(results[0]["test/acc"]) if results and "test/acc" in results[0] else None

@@ -31,6 +31,14 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 # seconds left before DEADLINE minus a margin ($1, default 15)
 left() { local l=$(( DEADLINE - $(elapsed) - ${1:-15} )); (( l < 1 )) && l=1; echo $l; }
 lra() { python3 -m lra "$@"; }
+# until_deadline SECONDS CMD...: CMD with $LRA_STOP_AT set SECONDS from now -- `lra train` (also under
+# `lra transfer` / `lra sweep`) stops there as on Ctrl-C, saving last.ckpt at that step, so that the
+# next call's --resume loses nothing -- and `timeout` as a backstop 30 s later (SIGINT, then SIGKILL).
+# (Session 9: a bare `timeout -s INT` at the deadline ended a run without its graceful shutdown.)
+until_deadline() {
+  local s=$1; shift
+  LRA_STOP_AT=$(( $(date +%s) + s )) timeout -s INT -k 30 "$(( s + 30 ))" "$@"
+}
 say() { echo "[$(elapsed)s] $*"; }
 
 # The GPU of a one-GPU run: the one the caller made visible (so that two recipes can share an x2

@@ -11,9 +11,10 @@
 # pretraining), data.augment=dihedral (without it our runs memorise), batch $BATCH, 312 warm-up steps
 # then cosine decay over $STEPS steps, validation on 2,000 images every $VAL steps. Two GPUs: one lane
 # each; one GPU: both lanes side by side on it (equal shares, so the comparison stays fair).
-# A run is longer than a call: each call trains until DEADLINE, then SIGINT makes Lightning save
-# last.ckpt; the next call resumes it. The run tree travels between calls as in
-# pathfinder_augment_long.sh, in the same folder as the pretraining (its checkpoint is the input):
+# A run is longer than a call: each call trains until 70 s before DEADLINE ($LRA_STOP_AT, lib.sh
+# until_deadline: the run stops as on Ctrl-C and saves last.ckpt at that step); the next call
+# resumes it. The run tree travels between calls as in pathfinder_augment_long.sh, in the same
+# folder as the pretraining (its checkpoint is the input):
 #   call:  run(command="OUT=$OUT LRA_GIT_REV=<rev> RUNS=.keep/runs9 DEADLINE=575 bash scripts/h200/pathfinder64_transfer.sh",
 #              carry=[".keep/runs9"])
 #   here:  cat <files_at>/pathfinder64_transfer_runs.tar.gz.part-* | tar xz -C .keep/runs9
@@ -49,7 +50,7 @@ say "transfer from $INIT"
 say "data: Pathfinder-64, $N easy images"
 lra data generate pathfinder64 --n "$N" --difficulty easy --out "$DATA" --workers "$(nproc)" > "$WORK/data_pf64.log" 2>&1
 
-# stage NAME [ARG ...]: one Pathfinder-64 run until DEADLINE (40 s kept for the shutdown and packing)
+# stage NAME [ARG ...]: one Pathfinder-64 run until 70 s before DEADLINE (lib.sh until_deadline)
 stage() {
   local name=$1; shift
   local cmd=(python3 -m lra train --task pathfinder64 --attention "$ATTN" --preset paper --runs-dir "$RUNS/$name"
@@ -57,8 +58,8 @@ stage() {
              "train.batch_size=$BATCH" "train.max_steps=$STEPS" "optim.warmup_steps=$WARMUP" optim.schedule=cosine
              "train.val_check_interval=$VAL" "data.limit_train=$(( N * 8 / 10 ))" "data.limit_eval=$EVAL"
              "${MODEL[@]}")
-  say "$name: $(left 40) s"
-  timeout -s INT -k 30 "$(left 40)" "${cmd[@]}" > "$WORK/$name.log" 2>&1
+  say "$name: $(left 70) s"
+  until_deadline "$(left 70)" "${cmd[@]}" > "$WORK/$name.log" 2>&1
   local rc=$?
   say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
 }

@@ -14,8 +14,9 @@
 # runs another recipe; see lib.sh on sharing a call).
 # WIDE=1: GPU 1 runs a larger model instead (dim 128, 4 layers, 4 heads x 32, MLP 256, lr 5e-4,
 # 20,000 steps, dihedral; about 3x the step time: session 7's H7 ran 89.8 ms/step four to a GPU).
-# A run is longer than a call: each call trains until DEADLINE, then SIGINT makes Lightning save
-# last.ckpt; the next call resumes it (`lra train --resume`). Between calls the run tree travels:
+# A run is longer than a call: each call trains until 70 s before DEADLINE ($LRA_STOP_AT, lib.sh
+# until_deadline: the run stops as on Ctrl-C and saves last.ckpt at that step); the next call
+# resumes it (`lra train --resume`). Between calls the run tree travels:
 #   call:  run(command="OUT=$OUT LRA_GIT_REV=<rev> RUNS=.keep/runs DEADLINE=570 bash scripts/h200/pathfinder_augment_long.sh",
 #              carry=[".keep/runs"] from the second call on)
 #   here:  rm -rf .keep/runs && mkdir -p .keep/runs && cat <files_at>/pathfinder_augment_long_runs.tar.gz.part-* | tar xz -C .keep/runs
@@ -33,7 +34,7 @@ fi
 say "data: Pathfinder-32, $N easy images"
 lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers "$(nproc)" > "$WORK/data_easy.log" 2>&1
 
-# long NAME LR STEPS [KEY=VALUE ...]: until DEADLINE (40 s kept for the shutdown and packing), then SIGINT;
+# long NAME LR STEPS [KEY=VALUE ...]: until 70 s before DEADLINE (lib.sh until_deadline), then stops;
 # --resume continues an interrupted run of the same config (a completed one is reported, not redone)
 long() {
   local name=$1 lr=$2 steps=$3; shift 3
@@ -41,8 +42,8 @@ long() {
              --data-dir "$DATA" --no-progress --resume data.difficulty=easy "optim.lr=$lr"
              "train.max_steps=$steps" optim.warmup_steps=312 train.val_check_interval=625
              "data.limit_train=$(( N * 8 / 10 ))" "data.limit_eval=$EVAL" "$@" "${EXTRA[@]}")
-  say "$name: $(left 40) s"
-  timeout -s INT -k 30 "$(left 40)" "${cmd[@]}" > "$WORK/$name.log" 2>&1
+  say "$name: $(left 70) s"
+  until_deadline "$(left 70)" "${cmd[@]}" > "$WORK/$name.log" 2>&1
   local rc=$?
   say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
 }

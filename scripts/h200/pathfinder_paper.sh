@@ -8,9 +8,9 @@
 # that can show whether our Pathfinder reproduces, and the pretrained model the transfer test needs.
 #
 # PHASE=pretrain (default; repeat until both lanes say "completed"): one run is ~62,500 x 12.6 ms =
-# 13 minutes of training plus evaluation, more than one call, so each call trains until its DEADLINE
-# and then interrupts the run with SIGINT: Lightning saves last.ckpt at that step and the next call
-# resumes it (`lra transfer` resumes an interrupted stage; a completed one is skipped).
+# 13 minutes of training plus evaluation, more than one call, so each call trains until 70 s before
+# its DEADLINE and then stops the run ($LRA_STOP_AT, lib.sh until_deadline): it saves last.ckpt at
+# that step and the next call resumes it (`lra transfer` resumes an interrupted stage; a completed one is skipped).
 # PHASE=finetune: Pathfinder-64 fine-tuned from seed 0's best Pathfinder-32 checkpoint (positional
 # grid 2x2) on GPU 0, against the same stage from random weights on GPU 1, FT_MIN minutes each.
 #
@@ -53,11 +53,11 @@ if [[ "$PHASE" == finetune ]]; then
   lra data generate pathfinder64 --n "$N_PF64" --out "$DATA" --workers "$(nproc)" > "$WORK/data_pf64.log" 2>&1
 fi
 
-# pretrain seed S until DEADLINE (40 s kept for the shutdown and packing), then SIGINT
+# pretrain seed S until 70 s before DEADLINE (lib.sh until_deadline)
 pretrain() {
-  say "pretrain seed $1: $(left 40) s"
+  say "pretrain seed $1: $(left 70) s"
   chain --until pretrain --seed "$1"
-  timeout -s INT -k 30 "$(left 40)" "${CMD[@]}"
+  until_deadline "$(left 70)" "${CMD[@]}"
   local rc=$?
   say "pretrain seed $1: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted or failed: run this phase again'))"
 }

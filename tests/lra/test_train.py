@@ -228,6 +228,34 @@ def test_a_run_killed_without_a_graceful_stop_resumes_from_its_last_validation(t
     assert len(list(ckpt_dir.glob("best-*.ckpt"))) == 1
 
 
+def test_lra_stop_at_stops_gracefully_and_the_run_resumes(tmp_path, data_dir, monkeypatch):
+    """$LRA_STOP_AT: at the first step boundary after the deadline (here: already past) the run stops
+    as under Ctrl-C -- last.ckpt at that step, record interrupted -- and --resume trains exactly the
+    missing steps."""
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=[*FAST, "train.max_steps=6", "train.val_check_interval=3"])
+    monkeypatch.setenv("LRA_STOP_AT", "1")
+    with pytest.raises(SystemExit):  # Lightning's graceful shutdown, as for Ctrl-C
+        train(config, progress_bar=False)
+    rec = load(config.run_dir() / "result.json")
+    assert rec["status"] == "failed" and rec["error"].startswith("interrupted") and rec["steps"] == 1
+    last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 1
+    monkeypatch.setenv("LRA_STOP_AT", str(10**12))   # far away: installed, never due
+    counter = CountBatches()
+    rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
+    assert counter.steps == [2, 3, 4, 5, 6] and rec["status"] == "completed"
+
+
+def test_a_bad_lra_stop_at_is_a_clear_error_before_anything_is_written(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setenv("LRA_STOP_AT", "tomorrow")
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=FAST)
+    with pytest.raises(ValueError, match="LRA_STOP_AT must be a time in Unix seconds"):
+        train(config, progress_bar=False)
+    assert not config.run_dir().exists()
+
+
 def test_the_cli_is_interruptible_even_when_started_with_sigint_ignored():
     """A background job of a non-interactive shell starts with SIGINT ignored; `lra` re-enables it, so
     `timeout -s INT` reaches the run (and the test above shows what the run then saves)."""
