@@ -229,7 +229,8 @@ class StopAt(pl.Callback):
     it) reads the deadline from $LRA_STOP_AT, so that a run spread over several calls of a machine
     with a time limit stops in time and loses nothing, without depending on a signal reaching it
     (session 9: a `timeout -s INT` at a device call's deadline ended a run without the graceful
-    shutdown, and ~6,000 steps were trained twice). Under DDP rank 0's clock decides for all ranks."""
+    shutdown, for a reason not found, and ~6,000 steps were trained twice). Under DDP rank 0's clock
+    decides for all ranks."""
 
     def __init__(self, deadline: float):
         super().__init__()

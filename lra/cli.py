@@ -31,12 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
 def interruptible() -> None:
     """Make SIGINT raise KeyboardInterrupt even in a process that started with SIGINT ignored.
 
-    A job a non-interactive shell starts in the background (`cmd &`) ignores SIGINT, and so does
-    every process it starts; Python then installs no SIGINT handler at all. `timeout -s INT` (the way
-    the device recipes stop a run at a deadline) or Ctrl-C would not reach a training run, which
-    Lightning would otherwise shut down gracefully -- saving last.ckpt at the current step -- and the
-    later SIGKILL would lose every step since the last validation checkpoint (session 9: ~6,000
-    Pathfinder steps)."""
+    A job that a non-interactive shell starts in the background (`lra train ... &` in a script)
+    ignores SIGINT, and Python then installs no SIGINT handler: Ctrl-C or `kill -INT` would not
+    reach a training run, which Lightning otherwise shuts down gracefully, saving last.ckpt at the
+    current step. (Machines with a time limit should rather set $LRA_STOP_AT: `lra.callbacks.StopAt`.)"""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
