@@ -230,7 +230,7 @@ class StopAt(pl.Callback):
     with a time limit stops in time and loses nothing, without depending on a signal reaching it
     (session 9: a `timeout -s INT` at a device call's deadline ended a run without the graceful
     shutdown, for a reason not found, and ~6,000 steps were trained twice). Under DDP rank 0's clock
-    decides for all ranks."""
+    decides for all ranks, every `DDP_EVERY` steps."""
 
     def __init__(self, deadline: float):
         super().__init__()
@@ -238,8 +238,6 @@ class StopAt(pl.Callback):
 
     @classmethod
     def from_env(cls) -> "StopAt | None":
-        import os
-
         raw = os.environ.get(STOP_AT_ENV, "").strip()
         if not raw:
             return None
@@ -250,10 +248,16 @@ class StopAt(pl.Callback):
                              f"got {raw!r}") from None
         return cls(deadline)
 
+    # under DDP the decision is a collective (rank 0's clock for all): taken every this many steps
+    DDP_EVERY = 20
+
     def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
-        stop = time.time() >= self.deadline
         if trainer.world_size > 1:
-            stop = bool(trainer.strategy.broadcast(stop, src=0))
+            if trainer.global_step % self.DDP_EVERY:
+                return
+            stop = bool(trainer.strategy.broadcast(time.time() >= self.deadline, src=0))
+        else:
+            stop = time.time() >= self.deadline
         if stop:
             rank_zero_info(f"${STOP_AT_ENV} reached at step {trainer.global_step}: stopping (resume with --resume)")
             raise KeyboardInterrupt(f"${STOP_AT_ENV} reached")

@@ -516,7 +516,8 @@ def run(args) -> int:
     if os.environ.get(kernels.tiles.TILES_ENV):
         meta["tiles_env"] = os.environ[kernels.tiles.TILES_ENV]  # loaded when kernels.tiles was imported
     meta["tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d).as_list() for d in (16, 32, 64, 128)}
-    if [x for x in args.sparse_layouts if x != "none"]:  # the block-sparse table's entries, clamped to the block
+    layouts_wanted = [x for x in args.sparse_layouts if x != "none"]
+    if layouts_wanted:  # the block-sparse table's entries, clamped to the block
         meta["sparse_tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d, args.block_size).as_list()
                                 for d in sorted(set(args.sparse_head_dims))}
     report = Report(Path(args.out), args.name, meta, resume=args.resume)
@@ -584,7 +585,6 @@ def run(args) -> int:
                 measure_cell(impl, factory, B, H, N, d, "dense", 1.0, 1.0)
 
     # 2. block-sparse
-    layouts_wanted = [x for x in args.sparse_layouts if x != "none"]
     for d in args.sparse_head_dims if layouts_wanted else []:
         H = args.hidden // d
         for N in args.sparse_seq_lens:

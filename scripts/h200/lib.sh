@@ -39,6 +39,16 @@ until_deadline() {
   local s=$1; shift
   LRA_STOP_AT=$(( $(date +%s) + s )) timeout -s INT -k 30 "$(( s + 30 ))" "$@"
 }
+# train_until_deadline NAME CMD...: an `lra train` command until 70 s before DEADLINE, its output in
+# $WORK/NAME.log; then one line: completed, or interrupted (the next call's --resume continues it),
+# and the run's best validation accuracy so far
+train_until_deadline() {
+  local name=$1; shift
+  say "$name: $(left 70) s"
+  until_deadline "$(left 70)" "$@" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
+}
 say() { echo "[$(elapsed)s] $*"; }
 
 # The GPU of a one-GPU run: the one the caller made visible (so that two recipes can share an x2

@@ -50,18 +50,14 @@ say "transfer from $INIT"
 say "data: Pathfinder-64, $N easy images"
 lra data generate pathfinder64 --n "$N" --difficulty easy --out "$DATA" --workers "$(nproc)" > "$WORK/data_pf64.log" 2>&1
 
-# stage NAME [ARG ...]: one Pathfinder-64 run until 70 s before DEADLINE (lib.sh until_deadline)
+# stage NAME [ARG ...]: one Pathfinder-64 run until 70 s before DEADLINE (lib.sh train_until_deadline)
 stage() {
   local name=$1; shift
-  local cmd=(python3 -m lra train --task pathfinder64 --attention "$ATTN" --preset paper --runs-dir "$RUNS/$name"
-             --data-dir "$DATA" --no-progress --resume "$@" data.difficulty=easy data.augment=dihedral
-             "train.batch_size=$BATCH" "train.max_steps=$STEPS" "optim.warmup_steps=$WARMUP" optim.schedule=cosine
-             "train.val_check_interval=$VAL" "data.limit_train=$(( N * 8 / 10 ))" "data.limit_eval=$EVAL"
-             "${MODEL[@]}")
-  say "$name: $(left 70) s"
-  until_deadline "$(left 70)" "${cmd[@]}" > "$WORK/$name.log" 2>&1
-  local rc=$?
-  say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
+  train_until_deadline "$name" python3 -m lra train --task pathfinder64 --attention "$ATTN" --preset paper \
+      --runs-dir "$RUNS/$name" --data-dir "$DATA" --no-progress --resume "$@" data.difficulty=easy \
+      data.augment=dihedral "train.batch_size=$BATCH" "train.max_steps=$STEPS" "optim.warmup_steps=$WARMUP" \
+      optim.schedule=cosine "train.val_check_interval=$VAL" "data.limit_train=$(( N * 8 / 10 ))" \
+      "data.limit_eval=$EVAL" "${MODEL[@]}"
 }
 lane0() { stage T1_pf64_from_pf32 --init-from "$INIT"; }
 lane1() { stage T2_pf64_scratch; }

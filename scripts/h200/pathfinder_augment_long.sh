@@ -34,18 +34,14 @@ fi
 say "data: Pathfinder-32, $N easy images"
 lra data generate pathfinder32 --n "$N" --difficulty easy --out "$DATA" --workers "$(nproc)" > "$WORK/data_easy.log" 2>&1
 
-# long NAME LR STEPS [KEY=VALUE ...]: until 70 s before DEADLINE (lib.sh until_deadline), then stops;
+# long NAME LR STEPS [KEY=VALUE ...]: until 70 s before DEADLINE (lib.sh train_until_deadline);
 # --resume continues an interrupted run of the same config (a completed one is reported, not redone)
 long() {
   local name=$1 lr=$2 steps=$3; shift 3
-  local cmd=(python3 -m lra train --task pathfinder32 --attention "$ATTN" --preset paper --runs-dir "$RUNS/$name"
-             --data-dir "$DATA" --no-progress --resume data.difficulty=easy "optim.lr=$lr"
-             "train.max_steps=$steps" optim.warmup_steps=312 train.val_check_interval=625
-             "data.limit_train=$(( N * 8 / 10 ))" "data.limit_eval=$EVAL" "$@" "${EXTRA[@]}")
-  say "$name: $(left 70) s"
-  until_deadline "$(left 70)" "${cmd[@]}" > "$WORK/$name.log" 2>&1
-  local rc=$?
-  say "$name: exit $rc ($( (( rc == 0 )) && echo completed || echo 'interrupted: run the call again')); $(grep -h 'best val' "$WORK/$name.log" | tail -1)"
+  train_until_deadline "$name" python3 -m lra train --task pathfinder32 --attention "$ATTN" --preset paper \
+      --runs-dir "$RUNS/$name" --data-dir "$DATA" --no-progress --resume data.difficulty=easy "optim.lr=$lr" \
+      "train.max_steps=$steps" optim.warmup_steps=312 train.val_check_interval=625 \
+      "data.limit_train=$(( N * 8 / 10 ))" "data.limit_eval=$EVAL" "$@" "${EXTRA[@]}"
 }
 lane0() { long L1_paper_dihedral 1e-4 62500 data.augment=dihedral; }
 if (( ${WIDE:-0} )); then
