@@ -20,20 +20,50 @@
 #   here:  cat <files_at>/pathfinder64_transfer_runs.tar.gz.part-* | tar xz -C .keep/runs9
 # CPU check (tiny model and data, sdpa; trains its own tiny Pathfinder-32 run as the checkpoint):
 #   DRY=1 DEADLINE=150 OUT=/tmp/o KEEP=/tmp/k RUNS=/tmp/k/r bash scripts/h200/pathfinder64_transfer.sh
-RECIPE=pathfinder64_transfer
+#
+# TARGET=pathx (session 10): the next resolution, the recipe's own step -- Path-X (16,384 tokens, grid
+# duplicated 2x2 again) fine-tuned from the best checkpoint of the Pathfinder-64 run above
+# (T1_pf64_from_pf32) against Path-X from scratch; batch 32 (a step at the paper's 256 takes ~1 s),
+# one epoch of linear warm-up (500 steps), 20,000 easy images (1,000 evaluated), validation every 200 steps:
+#   call:  run(command="OUT=$OUT TARGET=pathx LRA_GIT_REV=<rev> RUNS=.keep/runs9 DEADLINE=575 bash scripts/h200/pathfinder64_transfer.sh",
+#              carry=[".keep/runs9"])
+#   here:  cat <files_at>/pathx_transfer_runs.tar.gz.part-* | tar xz -C .keep/runs9
+# CPU check: the pathfinder64 dry run above, then the same line with TARGET=pathx.
+TARGET=${TARGET:-pathfinder64}
+case $TARGET in
+  pathfinder64) RECIPE=pathfinder64_transfer ;;
+  pathx) RECIPE=pathx_transfer ;;
+  *) echo "TARGET=$TARGET: use pathfinder64 or pathx" >&2; exit 2 ;;
+esac
 source "$(dirname "$0")/lib.sh"
-N=${N:-60000}              # Pathfinder-64 easy: 48,000 / 6,000 / 6,000 images
-EVAL=${EVAL:-2000}
-BATCH=${BATCH:-128}
-STEPS=${STEPS:-30000}
-VAL=${VAL:-500}
-WARMUP=312
-INIT_RUNS=${INIT_RUNS:-$RUNS/L1_paper_dihedral}
 ATTN=flash
 MODEL=()
+if [[ $TARGET == pathfinder64 ]]; then
+  N=${N:-60000}              # Pathfinder-64 easy: 48,000 / 6,000 / 6,000 images
+  EVAL=${EVAL:-2000}
+  BATCH=${BATCH:-128}
+  STEPS=${STEPS:-30000}
+  VAL=${VAL:-500}
+  WARMUP=312
+  INIT_RUNS=${INIT_RUNS:-$RUNS/L1_paper_dihedral}
+  INIT_TASK=pathfinder32
+  LANE_RUNS=(T1_pf64_from_pf32 T2_pf64_scratch)
+else
+  N=${N:-20000}              # Path-X easy: 16,000 / 2,000 / 2,000 images
+  EVAL=${EVAL:-1000}
+  BATCH=${BATCH:-32}
+  STEPS=${STEPS:-15000}      # 30 epochs of 16,000 at batch 32
+  VAL=${VAL:-200}
+  WARMUP=500                 # one epoch
+  INIT_RUNS=${INIT_RUNS:-$RUNS/T1_pf64_from_pf32}
+  INIT_TASK=pathfinder64
+  LANE_RUNS=(X1_pathx_from_pf64 X2_pathx_scratch)
+fi
 if (( ${DRY:-0} )); then
   N=200; EVAL=16; ATTN=sdpa; BATCH=4; STEPS=40; VAL=10; WARMUP=4
   MODEL=(model.dim=16 model.depth=1 model.num_heads=2 model.head_dim=8 model.mlp_dim=32)
+fi
+if (( ${DRY:-0} )) && [[ $TARGET == pathfinder64 ]]; then
   say "dry run: a tiny Pathfinder-32 run to transfer from"
   lra data generate pathfinder32 --n 200 --difficulty easy --out "$DATA" > "$WORK/data_pf32.log" 2>&1
   lra train --task pathfinder32 --attention sdpa --preset paper --runs-dir "$INIT_RUNS" --data-dir "$DATA" \
@@ -41,31 +71,31 @@ if (( ${DRY:-0} )); then
       data.limit_eval=16 "${MODEL[@]}" > "$WORK/pretrain_dry.log" 2>&1
 fi
 
-INIT=$(find "$INIT_RUNS" -path '*pathfinder32*' -name 'best-*.ckpt' 2>/dev/null | sort | tail -1)
+INIT=$(find "$INIT_RUNS" -path "*$INIT_TASK*" -name 'best-*.ckpt' 2>/dev/null | sort -V | tail -1)
 if [[ -z $INIT ]]; then
-  say "no best-*.ckpt of a Pathfinder-32 run under $INIT_RUNS: carry the run tree (header)"; exit 2
+  say "no best-*.ckpt of a $INIT_TASK run under $INIT_RUNS: carry the run tree (header)"; exit 2
 fi
 say "transfer from $INIT"
 
-say "data: Pathfinder-64, $N easy images"
-lra data generate pathfinder64 --n "$N" --difficulty easy --out "$DATA" --workers "$(nproc)" > "$WORK/data_pf64.log" 2>&1
+say "data: $TARGET, $N easy images"
+lra data generate "$TARGET" --n "$N" --difficulty easy --out "$DATA" --workers "$(nproc)" > "$WORK/data_$TARGET.log" 2>&1
 
-# stage NAME [ARG ...]: one Pathfinder-64 run until 70 s before DEADLINE (lib.sh train_until_deadline)
+# stage NAME [ARG ...]: one $TARGET run until 70 s before DEADLINE (lib.sh train_until_deadline)
 stage() {
   local name=$1; shift
-  train_until_deadline "$name" python3 -m lra train --task pathfinder64 --attention "$ATTN" --preset paper \
+  train_until_deadline "$name" python3 -m lra train --task "$TARGET" --attention "$ATTN" --preset paper \
       --runs-dir "$RUNS/$name" --data-dir "$DATA" --no-progress --resume "$@" data.difficulty=easy \
       data.augment=dihedral "train.batch_size=$BATCH" "train.max_steps=$STEPS" "optim.warmup_steps=$WARMUP" \
       optim.schedule=cosine "train.val_check_interval=$VAL" "data.limit_train=$(( N * 8 / 10 ))" \
       "data.limit_eval=$EVAL" "${MODEL[@]}"
 }
-lane0() { stage T1_pf64_from_pf32 --init-from "$INIT"; }
-lane1() { stage T2_pf64_scratch; }
+lane0() { stage "${LANE_RUNS[0]}" --init-from "$INIT"; }
+lane1() { stage "${LANE_RUNS[1]}"; }
 if (( NGPU >= 2 )); then run_lanes lane0 lane1
 else (export CUDA_VISIBLE_DEVICES=$ONE_GPU; lane0 & lane1 & wait) > "$WORK/lane0.log" 2>&1
 fi
 
-for name in T1_pf64_from_pf32 T2_pf64_scratch; do
+for name in "${LANE_RUNS[@]}"; do
   collect_results "$RUNS/$name"
   join_metrics "$RUNS/$name" "$WORK/metrics_$name.csv"
 done
