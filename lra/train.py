@@ -334,8 +334,14 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         from lra.transfer import InitialWeights, check_compatible, read_checkpoint
 
         # An incompatible checkpoint is a clear error before anything is written; the weights are
-        # loaded when a fresh fit starts (a resumed run restores its own weights instead).
-        check_compatible(read_checkpoint(config.train.init_from), config.model, spec)
+        # loaded when a fresh fit starts. A resumed run restores its own weights from last.ckpt, so
+        # the initial checkpoint may be absent then (a run tree carried to another machine without
+        # it); the path stays in the config, and so in the run id.
+        if resume_from is None or Path(config.train.init_from).exists():
+            check_compatible(read_checkpoint(config.train.init_from), config.model, spec)
+        elif rank0:
+            print(f"resuming from {last}: the initial checkpoint {config.train.init_from} is not needed "
+                  "(and not here)", flush=True)
         callbacks = (*callbacks, InitialWeights(config.train.init_from))
     if rank0:
         dm.prepare_data()  # missing / corrupt data: a clear error before the run folder is touched

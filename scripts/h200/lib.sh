@@ -104,8 +104,11 @@ PY
 # The device tool returns files of at most 16 MiB: the archive comes back in parts of 15 MiB,
 # ${RECIPE}_runs.tar.gz.part-aa, -ab, ...; join them with `cat ${RECIPE}_runs.tar.gz.part-* | tar xz`.
 # (Session 4's transfer_mini run tree, 23 MB in one file, did not come back.)
+# pack_runs [SUBFOLDER ...]: only these folders of $RUNS (default: all of it). The device tool returns
+# at most 64 MiB in all: session 10's Path-X call packed its carried input runs too and lost its last part.
 pack_runs() {
-  tar czf - -C "$RUNS" . 2>/dev/null | split -b 15M - "$OUT/${RECIPE}_runs.tar.gz.part-"
+  (( $# )) || set -- .
+  tar czf - -C "$RUNS" "$@" 2>/dev/null | split -b 15M - "$OUT/${RECIPE}_runs.tar.gz.part-"
 }
 
 pack() {

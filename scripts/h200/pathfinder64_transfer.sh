@@ -29,6 +29,11 @@
 #              carry=[".keep/runs9"])
 #   here:  cat <files_at>/pathx_transfer_runs.tar.gz.part-* | tar xz -C .keep/runs9
 # CPU check: the pathfinder64 dry run above, then the same line with TARGET=pathx.
+# Continuing session 10's Path-X runs (steps 1,649 / 1,652 of 15,000; their trees, 55 MB, are in
+# .keep/pathx10 -- carrying .keep/runs9 beside them would pass the 64 MiB a call takes):
+#   call:  run(command="OUT=$OUT TARGET=pathx INIT=.keep/runs9/T1_pf64_from_pf32/pathfinder64/flash/paper-n4096-s0-89fba98d/checkpoints/best-step10500.ckpt RUNS=.keep/pathx10 LRA_GIT_REV=<rev> DEADLINE=575 bash scripts/h200/pathfinder64_transfer.sh",
+#              carry=[".keep/pathx10"])
+#   here:  cat <files_at>/pathx_transfer_runs.tar.gz.part-* | tar xz -C .keep/pathx10
 TARGET=${TARGET:-pathfinder64}
 case $TARGET in
   pathfinder64) RECIPE=pathfinder64_transfer ;;
@@ -62,6 +67,7 @@ fi
 if (( ${DRY:-0} )); then
   N=200; EVAL=16; ATTN=sdpa; BATCH=4; STEPS=40; VAL=10; WARMUP=4
   MODEL=(model.dim=16 model.depth=1 model.num_heads=2 model.head_dim=8 model.mlp_dim=32)
+  [[ $TARGET == pathx ]] && BATCH=1   # sdpa's CPU backward at 16K tokens: ~8 GB a sequence
 fi
 if (( ${DRY:-0} )) && [[ $TARGET == pathfinder64 ]]; then
   say "dry run: a tiny Pathfinder-32 run to transfer from"
@@ -71,7 +77,10 @@ if (( ${DRY:-0} )) && [[ $TARGET == pathfinder64 ]]; then
       data.limit_eval=16 "${MODEL[@]}" > "$WORK/pretrain_dry.log" 2>&1
 fi
 
-INIT=$(find "$INIT_RUNS" -path "*$INIT_TASK*" -name 'best-*.ckpt' 2>/dev/null | sort -V | tail -1)
+# INIT=<checkpoint path>: name it instead of finding it (its path is part of the runs' ids; a run
+# that resumes from its own last.ckpt does not read it, so a call that only continues the runs need
+# not carry it -- see the header's Path-X continuation)
+INIT=${INIT:-$(find "$INIT_RUNS" -path "*$INIT_TASK*" -name 'best-*.ckpt' 2>/dev/null | sort -V | tail -1)}
 if [[ -z $INIT ]]; then
   say "no best-*.ckpt of a $INIT_TASK run under $INIT_RUNS: carry the run tree (header)"; exit 2
 fi
@@ -99,5 +108,5 @@ for name in "${LANE_RUNS[@]}"; do
   collect_results "$RUNS/$name"
   join_metrics "$RUNS/$name" "$WORK/metrics_$name.csv"
 done
-pack_runs
+pack_runs "${LANE_RUNS[@]}"   # the lanes' runs only: the carried input run is already where it came from
 pack

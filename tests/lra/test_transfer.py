@@ -520,3 +520,46 @@ def test_lra_train_init_from_upsamples_and_refuses_mismatch(tmp_path, capsys):
     record = read_record(record_path)
     assert record["status"] == "completed"
     assert record["config"]["train"]["init_from"] == str(good)
+
+
+def test_a_run_started_from_a_checkpoint_resumes_without_it(tmp_path, capsys, monkeypatch):
+    """A fine-tune stopped at a deadline ($LRA_STOP_AT) resumes from its own last.ckpt when the
+    initial checkpoint is no longer there (a run tree carried to another machine without it): same
+    run id, the remaining steps, no weights loaded from the missing file. A fresh run with a missing
+    --init-from is still one clear error."""
+    from lra.cli import main
+    from lra.records import read_record
+
+    cfg = resolve_smoke_model()
+    good = save_checkpoint(tmp_path / "p16.ckpt", network(cfg, spec_for(16), dtype=torch.float32), cfg,
+                           spec_for(16))
+    common = ["train", "--task", "pathfinder32", "--attention", "softmax", "--preset", "smoke",
+              "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), "--no-progress",
+              "--init-from", str(good), "train.max_steps=4", "train.val_check_interval=2"]
+    monkeypatch.setenv("LRA_STOP_AT", "1")   # already past: stop at the first step, as on Ctrl-C
+    with pytest.raises(SystemExit):           # Lightning's graceful shutdown
+        main(common)
+    (record_path,) = (tmp_path / "runs").glob("**/result.json")
+    assert read_record(record_path)["status"] == "failed"
+    assert "positional grid duplicated 2x2" in capsys.readouterr().out
+
+    good.unlink()
+    monkeypatch.setenv("LRA_STOP_AT", str(10**12))
+    assert main(common + ["--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "is not needed" in out and "positional grid duplicated" not in out, out
+    assert list((tmp_path / "runs").glob("**/result.json")) == [record_path]
+    record = read_record(record_path)
+    assert record["status"] == "completed" and record["steps"] == 4
+
+    fresh = ["train", "--task", "pathfinder32", "--attention", "softmax", "--preset", "smoke",
+             "--runs-dir", str(tmp_path / "runs2"), "--data-dir", str(tmp_path / "data"), "--no-progress",
+             "--init-from", str(good)]
+    assert main(fresh) == 2
+    assert "p16.ckpt" in capsys.readouterr().err
+
+
+def resolve_smoke_model() -> ModelConfig:
+    from lra.config import resolve
+
+    return resolve("pathfinder32", "softmax", preset="smoke").model
