@@ -129,8 +129,23 @@ def _variants(df: pd.DataFrame) -> pd.Series:
             differing = [k for k in keys if len({repr(one.get(k)) for one in known}) > 1]
             for index in group.index:
                 if settings[index] is not None:
-                    parts[index] += [f"{k}={_plain(settings[index].get(k))}" for k in differing]
+                    parts[index] += [_setting_text(k, settings[index].get(k)) for k in differing]
     return pd.Series({index: ", ".join(p) for index, p in parts.items()}, index=df.index, dtype=object)
+
+
+def _setting_text(key: str, value) -> str:
+    """`key=value`, except the starting checkpoint of a fine-tune: `from scratch`, or `from <task> <file>`
+    for a checkpoint in a run folder (`.../<task>/<attention>/<run id>/checkpoints/<file>.ckpt`) --
+    the path itself is too long for a legend."""
+    if key != "train.init_from":
+        return f"{key}={_plain(value)}"
+    if _missing(value) or not value:
+        return "from scratch"
+    path = Path(str(value))
+    parts = path.parts
+    if len(parts) >= 5 and parts[-2] == "checkpoints":
+        return f"from {parts[-5]} {path.stem}"
+    return f"from {path.name}"
 
 
 def _config_settings(config) -> dict | None:

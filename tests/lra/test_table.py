@@ -143,6 +143,23 @@ def test_config_variants_get_their_own_rows_instead_of_counting_as_reruns(tmp_pa
     assert (rows["duplicates"] == 0).all()
 
 
+def test_a_fine_tune_and_its_scratch_baseline_are_labelled_by_their_start(tmp_path, published):
+    """Runs that differ only in --init-from get `from <task> <checkpoint>` / `from scratch`, not the
+    checkpoint's whole path."""
+    from lra.records import load_records
+
+    root = tmp_path / "runs"
+    base = {"model": {"dim": 64}, "train": {"batch_size": 32, "init_from": None}}
+    ckpt = ".keep/runs9/T1/pathfinder64/flash/paper-n4096-s0-89fba98d/checkpoints/best-step10500.ckpt"
+    tuned = {**base, "train": {"batch_size": 32, "init_from": ckpt}}
+    record(root, "pathx", "flash", 0, acc=0.52, run_id="paper-n16384-s0-aaaa", config=tuned, seq_len=16384)
+    record(root, "pathx", "flash", 0, acc=0.50, run_id="paper-n16384-s0-bbbb", config=base, seq_len=16384)
+    record(root, "pathx", "flash", 1, acc=0.51, run_id="paper-n16384-s1-cccc",
+           config={**base, "train": {"batch_size": 32, "init_from": "elsewhere/model.ckpt"}}, seq_len=16384)
+    variants = set(table.normalise_records(load_records(root))["variant"])
+    assert variants == {"from pathfinder64 best-step10500", "from scratch", "from model.ckpt"}
+
+
 def test_accuracy_display(records, published):
     sections = table.accuracy_sections(table.accuracy_summary(records, published), published, records)
     shown = sections[0].table
