@@ -10,7 +10,10 @@ The opt-in TMA variants (``kernels.tiles.LOADS_TMA`` / ``LOADS_TMA_WS``) are com
 ``--ptx`` the check fails unless their PTX has ``cp.async.bulk.tensor`` copies and, where the
 launcher asks for warp specialisation, the kernel came out with more warps (producer + consumer
 warpgroups). ``--full`` also compiles every TMA candidate of ``kernels.tuning``, because a Triton
-compiler crash there aborts the process instead of raising.
+compiler crash there aborts the process instead of raising, and the LayerNorm kernels of
+``kernels.layer_norm`` (``ln_fwd``, ``ln_bwd``: widths 64 to 512, a ragged 100 and 8192; float32
+and bfloat16 inputs, bfloat16 with float32 output as under CUDA autocast and with bfloat16 output;
+``--full --kernels ln_fwd,ln_bwd`` compiles only those).
 
 Variants whose flags say every dimension is a multiple of its tile (``EVEN_*``) are specialised as
 the JIT specialises a contiguous input of such a shape: unit strides become the constant 1 and
@@ -200,6 +203,55 @@ def _front_end(src, target, options: dict) -> str:
     return str(module)
 
 
+def _layer_norm_variants():
+    """(kernel "ln_fwd" / "ln_bwd", x dtype, y / dy dtype, D) of the LayerNorm kernels: the paper
+    model's width 64 and a few wider ones, aligned; one ragged width (masked columns) and the
+    widest (one row a tile, 16 warps in the backward)."""
+    pairs = [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16")]  # bf16 -> fp32: CUDA autocast
+    for d, (x_dtype, y_dtype), kernel in itertools.product((64, 128, 256, 512, 100, 8192), pairs,
+                                                           ("ln_fwd", "ln_bwd")):
+        if d in (100, 8192) and (x_dtype, y_dtype) == ("bf16", "bf16"):
+            continue
+        yield kernel, x_dtype, y_dtype, d
+
+
+def _layer_norm_source(kernel: str, x_dtype: str, y_dtype: str, d: int):
+    """(ASTSource of a LayerNorm kernel as the launcher calls it for a contiguous (n_rows, d) input
+    with float32 weight and bias and all gradients, its num_warps, a description). Pointers, and
+    ``D`` and ``n_rows`` where d is a multiple of 16, are marked divisible by 16 as the JIT does."""
+    from triton.compiler import ASTSource
+
+    from . import layer_norm as ln
+
+    block_d, block_rows, warps = (ln.fwd_config if kernel == "ln_fwd" else ln.bwd_config)(d)
+    if kernel == "ln_fwd":
+        fn = ln.layer_norm_fwd_kernel
+        pointers = {"X": x_dtype, "W": "fp32", "B": "fp32", "Y": y_dtype, "MEAN": "fp32", "RSTD": "fp32"}
+        constexprs = dict(HAS_W=True, HAS_B=True, BLOCK_ROWS=block_rows, BLOCK_D=block_d, EVEN_D=d == block_d)
+    else:
+        fn = ln.layer_norm_bwd_kernel
+        pointers = {"X": x_dtype, "W": "fp32", "DY": y_dtype, "DX": x_dtype, "MEAN": "fp32", "RSTD": "fp32",
+                    "DW_PART": "fp32", "DB_PART": "fp32"}
+        constexprs = dict(HAS_W=True, COMPUTE_DX=True, COMPUTE_DW=True, COMPUTE_DB=True, BLOCK_ROWS=block_rows,
+                          BLOCK_D=block_d, EVEN_D=d == block_d)
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in pointers:
+            sig[name] = "*" + pointers[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif name == "eps":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+            if name in ("D", "n_rows") and d % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    even = "aligned" if d % 16 == 0 else "ragged"
+    what = f"{kernel:>6} {x_dtype}->{y_dtype} {block_rows}x{block_d} (D={d}) w{warps}"
+    return ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs), warps, f"{what:<40} {even:<7}"
+
+
 def loop_copy_waits(kernel: str, sparse: bool, block_m: int, block_n: int, head_dim: int, num_warps: int,
                     num_stages: int, arch: int = 90) -> list[int]:
     """The ``async_wait {num = N}`` counts in the first (unmasked) inner loop of ``kernel`` ("fwd",
@@ -223,7 +275,8 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
                      loads: str | None = None, kernel_names: str | None = None):
     """Compiles the variants, yielding one line per variant as it is done (raises on the first
     failure). ``loads`` / ``kernel_names``: only variants with these (comma-separated) load modes
-    ("ptr", "tma", "tma+ws") / kernels ("fwd", "dkdv", "dq")."""
+    ("ptr", "tma", "tma+ws"; the LayerNorm kernels count as "ptr") / kernels ("fwd", "dkdv", "dq";
+    with ``quick=False`` also "ln_fwd", "ln_bwd")."""
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -265,6 +318,21 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
         if mode == LOADS_TMA_WS:
             line += "  ws:on" if ws else "  ws:off (kernels.ops.warp_spec_applies)"
         yield line
+    if quick or (loads and "ptr" not in loads.split(",")):
+        return
+    for kernel, x_dtype, y_dtype, d in _layer_norm_variants():
+        if kernel_names and kernel not in kernel_names.split(","):
+            continue
+        src, warps, what = _layer_norm_source(kernel, x_dtype, y_dtype, d)
+        t0 = time.perf_counter()
+        options = {"num_warps": warps}
+        compiled = triton.compile(src, target=target, options=options) if ptx else None
+        if compiled is None:
+            _front_end(src, target, options)
+        line = f"{what} ok ({time.perf_counter() - t0:.1f}s)"
+        if resources and compiled is not None:
+            line += "  " + _resources(compiled.asm["cubin"])
+        yield line
 
 
 def main(argv=None) -> int:
@@ -274,7 +342,8 @@ def main(argv=None) -> int:
     parser.add_argument("--resources", action="store_true",
                         help="with --ptx: print registers, stack and spill stores of every variant")
     parser.add_argument("--loads", default=None, help="only these load modes, comma-separated: ptr,tma,tma+ws")
-    parser.add_argument("--kernels", default=None, help="only these kernels, comma-separated: fwd,dkdv,dq")
+    parser.add_argument("--kernels", default=None,
+                        help="only these kernels, comma-separated: fwd,dkdv,dq (--full: also ln_fwd,ln_bwd)")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run with TRITON_INTERPRET=0: the interpreter replaces the compiler", file=sys.stderr)

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from kernels.layer_norm import LayerNorm
 from lra.config import MODEL_SET_OPTIONS, ModelConfig
 from lra.positional import build_positional
 
@@ -87,10 +88,10 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, cfg: ModelConfig, core: nn.Module):
         super().__init__()
-        self.norm1 = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
+        self.norm1 = LayerNorm(cfg.dim, eps=cfg.norm_eps)
         self.attention = MultiHeadSelfAttention(cfg.dim, cfg.num_heads, cfg.head_dim, core)
         self.drop = nn.Dropout(cfg.dropout)
-        self.norm2 = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
+        self.norm2 = LayerNorm(cfg.dim, eps=cfg.norm_eps)
         self.mlp = nn.Sequential(
             nn.Linear(cfg.dim, cfg.mlp_dim),
             nn.GELU() if cfg.activation == "gelu" else nn.ReLU(),
@@ -145,7 +146,7 @@ class Encoder(nn.Module):
                                       layer_idx=i, seed=seed, **attention_options))
             for i in range(cfg.depth)
         )
-        self.norm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
+        self.norm = LayerNorm(cfg.dim, eps=cfg.norm_eps)
 
     def forward(self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.pixel_linear:
