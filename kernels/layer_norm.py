@@ -44,7 +44,8 @@ layer_norm alone (x's dtype). Which applies is asked of ``F.layer_norm`` itself 
 type, input dtype, autocast dtype), on a 1 x 1 tensor.
 
 ``$LRA_LAYER_NORM`` chooses what :class:`LayerNorm` runs (read at every call):
-unset or ``auto`` -- the kernel for CUDA inputs, ``F.layer_norm`` otherwise; ``torch`` -- never the
+unset or ``auto`` -- the kernel for CUDA inputs of at least ``AUTO_MIN_ELEMENTS`` elements,
+``F.layer_norm`` otherwise; ``torch`` -- never the
 kernel; ``triton`` -- always the kernel, also on CPU (there it needs the interpreter,
 ``TRITON_INTERPRET=1``, which ``import kernels`` sets where there is no CUDA). Under
 ``torch.compile`` the module always uses ``F.layer_norm``, which Inductor fuses itself.
@@ -66,6 +67,12 @@ FWD_TILE = 4096         # elements per forward tile (at least one row)
 BWD_TILE = 2048         # elements per backward tile (at least one row): it holds more per element
 BWD_PROGRAMS_PER_SM = 4
 CPU_BWD_PROGRAMS = 4    # the interpreter: few programs, so the grid-stride loop is exercised
+# auto mode: the kernel only for inputs of at least this many elements. Below it a step is bound by
+# the host, where a Triton launch from Python (~20-40 us) costs more than F.layer_norm's C++
+# dispatch, while PyTorch's slow kernel costs little GPU time: the H200 profile's paper batch
+# (262,144 x 64 = 16.8M elements, GPU-bound) takes the kernel, the small batch of `lra bench
+# models` (32,768 x 64 = 2.1M, host-bound in eager mode) keeps F.layer_norm.
+AUTO_MIN_ELEMENTS = 1 << 22
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # the kernels below were built for the interpreter (decided by triton.jit at import)
@@ -333,6 +340,11 @@ def layer_norm_mode() -> str:
     return mode
 
 
+def auto_uses_kernel(device_type: str, numel: int) -> bool:
+    """Whether ``$LRA_LAYER_NORM=auto`` runs the kernel: CUDA inputs of >= ``AUTO_MIN_ELEMENTS``."""
+    return device_type == "cuda" and numel >= AUTO_MIN_ELEMENTS
+
+
 class LayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` (same arguments, parameters and state_dict keys) whose forward runs the Triton
     kernels for CUDA inputs (see the module docstring for ``$LRA_LAYER_NORM``); ``F.layer_norm``
@@ -346,7 +358,7 @@ class LayerNorm(nn.LayerNorm):
 
     def _use_kernel(self, x: torch.Tensor) -> bool:
         mode = layer_norm_mode()
-        if mode == "torch" or (mode == "auto" and x.device.type != "cuda"):
+        if mode == "torch" or (mode == "auto" and not auto_uses_kernel(x.device.type, x.numel())):
             return False
         return (self.elementwise_affine and len(self.normalized_shape) == 1 and x.dim() >= 1
                 and x.shape[-1] == self.normalized_shape[0] and 1 <= x.shape[-1] <= MAX_D and x.numel() > 0

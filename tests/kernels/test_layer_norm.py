@@ -236,6 +236,15 @@ def test_module_forced_falls_back_where_the_kernel_does_not_apply(monkeypatch, k
     assert kernel_calls == []
 
 
+def test_auto_mode_takes_the_kernel_for_large_cuda_inputs_only():
+    """auto: the GPU-bound paper batch (262,144 x 64) takes the kernel; the host-bound small batch
+    (32,768 x 64) and every CPU input keep F.layer_norm."""
+    assert ln.auto_uses_kernel("cuda", 262_144 * 64)
+    assert not ln.auto_uses_kernel("cuda", 32_768 * 64)
+    assert ln.auto_uses_kernel("cuda", ln.AUTO_MIN_ELEMENTS) and not ln.auto_uses_kernel("cuda", ln.AUTO_MIN_ELEMENTS - 1)
+    assert not ln.auto_uses_kernel("cpu", 262_144 * 64)
+
+
 def test_module_rejects_unknown_mode(monkeypatch):
     monkeypatch.setenv(ln.ENV, "fast")
     with pytest.raises(ValueError, match="LRA_LAYER_NORM='fast': expected one of auto, torch, triton"):
