@@ -12,7 +12,8 @@ launcher asks for warp specialisation, the kernel came out with more warps (prod
 warpgroups). ``--full`` also compiles every TMA candidate of ``kernels.tuning``, because a Triton
 compiler crash there aborts the process instead of raising, and the LayerNorm kernels of
 ``kernels.layer_norm`` (``ln_fwd``, ``ln_bwd``: widths 64 to 512, a ragged 100 and 8192; float32
-and bfloat16 inputs, bfloat16 with float32 output as under CUDA autocast and with bfloat16 output;
+and bfloat16 inputs, bfloat16 with float32 output as under CUDA autocast, bfloat16 output from bfloat16
+and float32 inputs (the model's norm1 / norm2 under autocast);
 ``--full --kernels ln_fwd,ln_bwd`` compiles only those).
 
 Variants whose flags say every dimension is a multiple of its tile (``EVEN_*``) are specialised as
@@ -207,10 +208,12 @@ def _layer_norm_variants():
     """(kernel "ln_fwd" / "ln_bwd", x dtype, y / dy dtype, D) of the LayerNorm kernels: the paper
     model's width 64 and a few wider ones, aligned; one ragged width (masked columns) and the
     widest (one row a tile, 16 warps in the backward)."""
-    pairs = [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16")]  # bf16 -> fp32: CUDA autocast
+    # bf16 -> fp32: CUDA autocast; fp32 -> bf16: the model's norm1 / norm2 under autocast
+    # (float32 residual stream in, autocast_output=True)
+    pairs = [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16"), ("fp32", "bf16")]
     for d, (x_dtype, y_dtype), kernel in itertools.product((64, 128, 256, 512, 100, 8192), pairs,
                                                            ("ln_fwd", "ln_bwd")):
-        if d in (100, 8192) and (x_dtype, y_dtype) == ("bf16", "bf16"):
+        if d in (100, 8192) and y_dtype == "bf16":
             continue
         yield kernel, x_dtype, y_dtype, d
 

@@ -41,7 +41,10 @@ The tile sizes and P follow from register counts, not yet from timings on the GP
 Output dtype: ``F.layer_norm``'s. Under CUDA autocast that is float32 (layer_norm is on autocast's
 float32 list; the kernel reads the 16-bit input as is, which is exact); CPU autocast leaves
 layer_norm alone (x's dtype). Which applies is asked of ``F.layer_norm`` itself once per (device
-type, input dtype, autocast dtype), on a 1 x 1 tensor.
+type, input dtype, autocast dtype), on a 1 x 1 tensor. ``autocast_output=True`` (the model's norm1 /
+norm2, which feed Linear layers only) writes autocast's dtype instead: the Linear would cast the
+float32 output to bfloat16 anyway, so the values are the same and two cast kernels per call
+(forward and backward) go away.
 
 ``$LRA_LAYER_NORM`` chooses what :class:`LayerNorm` runs (read at every call):
 unset or ``auto`` -- the kernel for CUDA inputs of at least ``AUTO_MIN_ELEMENTS`` elements,
@@ -316,19 +319,26 @@ def _check(x, weight, bias) -> None:
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               eps: float = 1e-5) -> torch.Tensor:
+               eps: float = 1e-5, *, autocast_output: bool = False) -> torch.Tensor:
     """``F.layer_norm(x, (x.shape[-1],), weight, bias, eps)`` through the Triton kernels.
 
     x: any leading shape, last dimension D (1 <= D <= ``MAX_D``; wider rows and empty inputs go to
     ``F.layer_norm``); float32, bfloat16 or float16, any strides (made contiguous). weight, bias:
     None or shape (D,), on x's device. Returns ``F.layer_norm``'s dtype (float32 under CUDA
-    autocast, else x's). Differentiable in x, weight and bias. Raises ``ValueError`` for bad input.
+    autocast, else x's); with ``autocast_output`` and autocast on for x's device, autocast's dtype
+    instead (see :class:`LayerNorm`). Differentiable in x, weight and bias. Raises ``ValueError``
+    for bad input.
     """
     _check(x, weight, bias)
     d = x.shape[-1]
     if d > MAX_D or x.numel() == 0:
         return F.layer_norm(x, (d,), weight, bias, eps)
-    return LayerNormFunction.apply(x.contiguous(), weight, bias, float(eps), output_dtype(x))
+    out_dtype = output_dtype(x)
+    if autocast_output:
+        enabled, cast_dtype = _autocast_state(x.device.type)
+        if enabled:
+            out_dtype = cast_dtype
+    return LayerNormFunction.apply(x.contiguous(), weight, bias, float(eps), out_dtype)
 
 
 def layer_norm_mode() -> str:
@@ -346,15 +356,26 @@ def auto_uses_kernel(device_type: str, numel: int) -> bool:
 
 
 class LayerNorm(nn.LayerNorm):
-    """``nn.LayerNorm`` (same arguments, parameters and state_dict keys) whose forward runs the Triton
-    kernels for CUDA inputs (see the module docstring for ``$LRA_LAYER_NORM``); ``F.layer_norm``
-    under ``torch.compile``, without elementwise affine, for normalized shapes of more than one
-    dimension, other dtypes and rows wider than ``MAX_D``."""
+    """``nn.LayerNorm`` (same parameters and state_dict keys) whose forward runs the Triton kernels
+    for CUDA inputs (see the module docstring for ``$LRA_LAYER_NORM``); ``F.layer_norm`` under
+    ``torch.compile``, without elementwise affine, for normalized shapes of more than one
+    dimension, other dtypes and rows wider than ``MAX_D``.
+
+    ``autocast_output=True``: for a LayerNorm whose output only feeds layers that autocast runs in
+    its lower precision (a Linear), the kernel writes autocast's dtype (bfloat16) directly instead
+    of float32 that the Linear then casts -- the same values (the kernel rounds to nearest even,
+    as the cast does) and, backward, the same gradient (the Linear's bfloat16 input gradient,
+    which the cast's backward would widen exactly), without the two cast kernels. The
+    ``F.layer_norm`` fallback keeps its float32 output."""
+
+    def __init__(self, *args, autocast_output: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.autocast_output = autocast_output
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() or not self._use_kernel(x):
             return super().forward(x)
-        return layer_norm(x, self.weight, self.bias, self.eps)
+        return layer_norm(x, self.weight, self.bias, self.eps, autocast_output=self.autocast_output)
 
     def _use_kernel(self, x: torch.Tensor) -> bool:
         mode = layer_norm_mode()

@@ -88,10 +88,11 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, cfg: ModelConfig, core: nn.Module):
         super().__init__()
-        self.norm1 = LayerNorm(cfg.dim, eps=cfg.norm_eps)
+        # norm1 and norm2 feed only Linear layers: under autocast they may write bfloat16 directly
+        self.norm1 = LayerNorm(cfg.dim, eps=cfg.norm_eps, autocast_output=True)
         self.attention = MultiHeadSelfAttention(cfg.dim, cfg.num_heads, cfg.head_dim, core)
         self.drop = nn.Dropout(cfg.dropout)
-        self.norm2 = LayerNorm(cfg.dim, eps=cfg.norm_eps)
+        self.norm2 = LayerNorm(cfg.dim, eps=cfg.norm_eps, autocast_output=True)
         self.mlp = nn.Sequential(
             nn.Linear(cfg.dim, cfg.mlp_dim),
             nn.GELU() if cfg.activation == "gelu" else nn.ReLU(),

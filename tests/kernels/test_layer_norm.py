@@ -285,6 +285,39 @@ def test_paper_like_model_same_loss_and_gradients_with_the_kernel(monkeypatch, k
     assert grads_k.keys() == grads_t.keys()
     for name in grads_t:
         assert rel_err(grads_k[name], grads_t[name]) < 1e-4, name
+    assert [model.get_submodule(n).autocast_output for n in norms] == [True, True, True, True, False]
+
+
+def test_autocast_output_writes_autocast_dtype_with_the_casts_values():
+    """autocast_output: under autocast the kernel writes autocast's dtype, equal to F.layer_norm's
+    output cast to it (what the next Linear would have done); its gradient is the same as through
+    the cast; without autocast nothing changes."""
+    x, w, b = _inputs(37, 64, torch.float32)
+    dy = torch.randn(37, 64, device=DEVICE).bfloat16()
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        y = layer_norm(x, w, b, autocast_output=True)
+        ref = F.layer_norm(x, (64,), w, b).to(torch.bfloat16)
+    assert y.dtype == torch.bfloat16
+    assert (y.float() - ref.float()).abs().max() <= 2 ** -7 * ref.float().abs().max()  # within a bf16 step
+    y.backward(dy)
+    got = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    F.layer_norm(x, (64,), w, b).to(torch.bfloat16).backward(dy)
+    for g, t in zip(got, (x, w, b)):
+        assert rel_err(g, t.grad) < 1e-5
+    assert layer_norm(x, w, b, autocast_output=True).dtype == torch.float32   # autocast off
+
+
+def test_module_autocast_output_only_on_the_kernel_path(monkeypatch):
+    m = LayerNorm(64, autocast_output=True).to(DEVICE)
+    x = torch.randn(5, 64, device=DEVICE)
+    monkeypatch.setenv(ln.ENV, "triton")
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        assert m(x).dtype == torch.bfloat16
+    monkeypatch.setenv(ln.ENV, "torch")
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        assert m(x).dtype == F.layer_norm(x, (64,)).dtype
 
 
 def test_model_state_dict_keys_unchanged(monkeypatch):
@@ -296,7 +329,8 @@ def test_model_state_dict_keys_unchanged(monkeypatch):
     cfg = ModelConfig(dim=16, depth=2, num_heads=2, head_dim=8, mlp_dim=32)
     spec = DataSpec(vocab_size=11, num_classes=4, max_len=12)
     ours = build_model(cfg, spec, attention="softmax").state_dict()
-    monkeypatch.setattr(model_module, "LayerNorm", nn.LayerNorm)
+    monkeypatch.setattr(model_module, "LayerNorm",
+                        lambda *args, autocast_output=False, **kwargs: nn.LayerNorm(*args, **kwargs))
     theirs = build_model(cfg, spec, attention="softmax").state_dict()
     assert [(k, v.shape) for k, v in ours.items()] == [(k, v.shape) for k, v in theirs.items()]
     assert "encoder.blocks.0.norm1.weight" in ours and "encoder.norm.bias" in ours
@@ -309,7 +343,7 @@ def test_kernels_compile_for_hopper_front_end():
     proc = subprocess.run([sys.executable, "-m", "kernels.compile_check", "--full", "--kernels", "ln_fwd,ln_bwd"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert proc.stdout.count(" ok ") == 32 and proc.stdout.count("ln_bwd") == 16
+    assert proc.stdout.count(" ok ") == 40 and proc.stdout.count("ln_bwd") == 20
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
