@@ -1,4 +1,5 @@
-"""Triton FlashAttention kernels: dense and block-sparse, forward and backward.
+"""Triton FlashAttention kernels: dense and block-sparse, forward and backward; and the LayerNorm of
+the LRA model (``kernels.layer_norm``).
 
     from kernels import flash_attention, block_sparse_flash_attention, layouts
 
