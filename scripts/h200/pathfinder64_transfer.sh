@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device calls (issue #7), prepared in session 9, not run yet: does a Pathfinder-32 model that has
+# Device calls (issue #7), prepared in session 9, run in session 10 (results/transfer/README.md, "Session 10"): does a Pathfinder-32 model that has
 # learned the task transfer to Pathfinder-64? Session 9's pathfinder_augment_long.sh run
 # L1_paper_dihedral (the paper model with dihedral augmentation, easy images) is the first of ours to
 # leave chance: validation 50 % until ~14K steps, then 59-65 % from 15K on (results/pathfinder/long/).
