@@ -425,6 +425,8 @@ def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
     ]
     if meta["settings"].get("compile_mode", "default") != "default":
         head.append(f"- Compiled cells: torch.compile mode={meta['settings']['compile_mode']}.")
+    if meta.get("kernel_env"):
+        head.append("- Kernel settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(meta["kernel_env"].items())) + ".")
     if meta.get("compile_op", "custom_op") != "custom_op":
         head.append(f"- Our kernels under torch.compile: `{meta['compile_op']}` form ($LRA_KERNELS_COMPILE_OP).")
     if meta["settings"].get("options"):

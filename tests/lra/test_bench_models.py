@@ -198,3 +198,13 @@ def test_compile_mode_reaches_torch_compile_and_the_records(tmp_path, monkeypatc
     assert frame["status"].tolist() == ["ok"] and "torch.compile mode=reduce-overhead" in frame["note"][0]
     assert json.loads(out.with_name("modes.meta.json").read_text())["settings"]["compile_mode"] == "reduce-overhead"
     assert "torch.compile mode=reduce-overhead" in out.with_name("modes.md").read_text()
+
+
+def test_kernel_settings_are_named_in_the_report(tmp_path, monkeypatch):
+    """An A/B run under $LRA_LAYER_NORM (or another kernel setting) says so in its Markdown header."""
+    monkeypatch.setenv("LRA_LAYER_NORM", "torch")
+    out = tmp_path / "ln.csv"
+    assert models.run(parse("--attentions", "softmax", "--seq-lens", "32", "--tokens-per-batch", "64", "--steps", "1",
+                            "--warmup", "0", "--device", "cpu", "--modes", "eager", "--out", out)) == 0
+    assert json.loads(out.with_name("ln.meta.json").read_text())["kernel_env"] == {"LRA_LAYER_NORM": "torch"}
+    assert "- Kernel settings: `LRA_LAYER_NORM=torch`." in out.with_name("ln.md").read_text()
