@@ -47,7 +47,9 @@ def add_parser(sub) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True, choices=("pathx", "path256"), help="the task to reach")
     parser.add_argument("--preset", default=None,
-                        help="recipe: <target>-transfer (the paper's, default) or smoke (CPU miniature)")
+                        help="recipe of lra/presets/transfer/<target>.yaml: <target>-transfer (the paper's, default), "
+                             "smoke (CPU miniature); for pathx also mini (Pathfinder-32 -> 64) and curriculum "
+                             "(Pathfinder-32 -> 64 -> Path-X with augmentation: what took our runs off chance)")
     parser.add_argument("--attention", default=None,
                         help="attention of the target stages (default: the recipe's: flash for pathx, "
                              "flash_sparse for path256)")

@@ -283,7 +283,7 @@ def test_shipped_recipes_resolve_and_chain_compatible_models(target):
                 assert source.model == stage.config.model, (name, stage.name)
                 side = lambda n: int(round(n ** 0.5))  # noqa: E731 - square images
                 assert side(stage.config.data.seq_len) % side(source.data.seq_len) == 0
-        if name not in ("smoke", "mini"):  # the miniatures stand in at lower resolutions
+        if name not in ("smoke", "mini", "curriculum"):  # these start below Path-64
             assert stages["finetune"].config.task == target
             assert stages["pretrain"].config.task == "pathfinder64"
             assert stages["pretrain"].config.preset == "path64-pretrain"  # shared between the targets
@@ -299,6 +299,25 @@ def test_mini_recipe_transfers_pathfinder32_to_64_with_the_paper_model():
     assert finetune.config.model.dim == 64 and finetune.config.train.batch_size == 256  # the paper's
     assert finetune.spec.init_stage == "pretrain" and scratch.spec.init_stage is None
     assert finetune.config.optim.schedule == scratch.config.optim.schedule == "cosine"
+
+
+def test_curriculum_recipe_chains_pathfinder32_64_pathx_with_augmentation():
+    """The chain that left chance in sessions 9-10: PF32 -> PF64 -> Path-X from best checkpoints,
+    easy images and dihedral augmentation in every stage (the scratch baseline too), the paper model
+    throughout, and the stages' batch sizes as measured."""
+    recipe = transfer.load_recipe("pathx", "curriculum")
+    stages = transfer.plan_chain(recipe, transfer.ChainOptions())
+    scratch = transfer.plan_chain(recipe, transfer.ChainOptions(), from_scratch=True)[0]
+    assert [(s.name, s.config.task) for s in stages] == [("pretrain", "pathfinder32"), ("path64", "pathfinder64"),
+                                                         ("finetune", "pathx")]
+    assert [s.spec.init_stage for s in stages] == [None, "pretrain", "path64"]
+    assert all(s.spec.init_checkpoint == "best" for s in stages[1:])
+    for stage in (*stages, scratch):
+        assert (stage.config.data.difficulty, stage.config.data.augment) == ("easy", "dihedral"), stage.name
+        assert stage.config.model == stages[0].config.model
+    assert [s.config.train.batch_size for s in stages] == [256, 128, 32]
+    assert scratch.config.task == "pathx" and scratch.config.train.batch_size == 32
+    assert scratch.config.preset != stages[-1].config.preset  # its own rows and curves
 
 
 def test_path256_recipe_is_block_sparse_butterfly_and_overridable():
@@ -466,7 +485,7 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
 
     runs = str(tmp_path / "runs")
     assert main(["transfer", "--target", "pathx", "--preset", "nope", "--runs", runs]) == 2
-    expected = "no transfer recipe 'nope' for target pathx; available: pathx-transfer, mini, smoke"
+    expected = "no transfer recipe 'nope' for target pathx; available: pathx-transfer, mini, curriculum, smoke"
     assert expected in capsys.readouterr().err
     assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", "bogus:epochs=1"]) == 2
     assert "no stage 'bogus'" in capsys.readouterr().err
