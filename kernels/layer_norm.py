@@ -280,12 +280,15 @@ def _autocast_state(device_type: str):
 _AUTOCAST_OUT: dict = {}
 
 
-def output_dtype(x: torch.Tensor) -> torch.dtype:
+def output_dtype(x: torch.Tensor, autocast_output: bool = False) -> torch.dtype:
     """The dtype ``F.layer_norm(x, ...)`` returns now: x's, unless autocast for x's device casts
-    layer_norm (CUDA: to float32); asked of F.layer_norm once per (device type, dtype, autocast dtype)."""
+    layer_norm (CUDA: to float32); asked of F.layer_norm once per (device type, dtype, autocast dtype).
+    ``autocast_output``: autocast's own dtype whenever autocast is on (see :class:`LayerNorm`)."""
     enabled, cast_dtype = _autocast_state(x.device.type)
     if not enabled:
         return x.dtype
+    if autocast_output:
+        return cast_dtype
     key = (x.device.type, x.dtype, cast_dtype)
     if key not in _AUTOCAST_OUT:
         probe = torch.zeros((1, 1), dtype=x.dtype, device=x.device)
@@ -313,6 +316,10 @@ def _check(x, weight, bias) -> None:
             raise ValueError(f"layer_norm: {name} must be float32, bfloat16 or float16, got {p.dtype}")
         if p.device != x.device:
             raise ValueError(f"layer_norm: x is on {x.device} but {name} is on {p.device}")
+    _check_device(x)
+
+
+def _check_device(x: torch.Tensor) -> None:
     if x.device.type != "cuda" and not _INTERPRETED:
         raise ValueError(f"layer_norm: x is on {x.device}; the Triton kernel runs on CUDA, or on CPU "
                          "through the interpreter (TRITON_INTERPRET=1 before triton is imported)")
@@ -333,12 +340,12 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     d = x.shape[-1]
     if d > MAX_D or x.numel() == 0:
         return F.layer_norm(x, (d,), weight, bias, eps)
-    out_dtype = output_dtype(x)
-    if autocast_output:
-        enabled, cast_dtype = _autocast_state(x.device.type)
-        if enabled:
-            out_dtype = cast_dtype
-    return LayerNormFunction.apply(x.contiguous(), weight, bias, float(eps), out_dtype)
+    return _apply(x, weight, bias, eps, autocast_output)
+
+
+def _apply(x, weight, bias, eps: float, autocast_output: bool) -> torch.Tensor:
+    """The kernels on inputs already checked (by :func:`layer_norm`, or :meth:`LayerNorm._use_kernel`)."""
+    return LayerNormFunction.apply(x.contiguous(), weight, bias, float(eps), output_dtype(x, autocast_output))
 
 
 def layer_norm_mode() -> str:
@@ -375,12 +382,18 @@ class LayerNorm(nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() or not self._use_kernel(x):
             return super().forward(x)
-        return layer_norm(x, self.weight, self.bias, self.eps, autocast_output=self.autocast_output)
+        return _apply(x, self.weight, self.bias, self.eps, self.autocast_output)
 
     def _use_kernel(self, x: torch.Tensor) -> bool:
+        """Whether the kernels apply to this call -- which also validates it for them, so that the
+        forward skips :func:`layer_norm`'s checks (a module's parameters are (D,) tensors already)."""
         mode = layer_norm_mode()
         if mode == "torch" or (mode == "auto" and not auto_uses_kernel(x.device.type, x.numel())):
             return False
-        return (self.elementwise_affine and len(self.normalized_shape) == 1 and x.dim() >= 1
-                and x.shape[-1] == self.normalized_shape[0] and 1 <= x.shape[-1] <= MAX_D and x.numel() > 0
-                and x.dtype in SUPPORTED_DTYPES and self.weight.device == x.device)
+        use = (self.elementwise_affine and len(self.normalized_shape) == 1 and x.dim() >= 1
+               and x.shape[-1] == self.normalized_shape[0] and 1 <= x.shape[-1] <= MAX_D and x.numel() > 0
+               and x.dtype in SUPPORTED_DTYPES and self.weight.dtype in SUPPORTED_DTYPES
+               and self.weight.device == x.device)
+        if use:
+            _check_device(x)  # forced on a CPU tensor without the interpreter: one clear error
+        return use

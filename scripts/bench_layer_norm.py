@@ -54,11 +54,12 @@ def parse_shape(text: str) -> tuple[int, int]:
     return int(rows), int(d)
 
 
-def median_ms(fn, device: torch.device, reps: int) -> float:
+def median_ms(fn, device: torch.device, reps: int, grads=None) -> float:
+    """Median ms of ``fn``; ``grads``: tensors whose .grad do_bench resets between calls."""
     if device.type == "cuda":
         import triton.testing
 
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=grads, return_mode="median"))
     fn()  # warm-up
     times = []
     for _ in range(reps):
@@ -92,12 +93,11 @@ def measure(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, im
                 fn(x, (d,), w, b, 1e-5)
 
         def forward_backward():
-            x.grad = w.grad = b.grad = None
             fn(x, (d,), w, b, 1e-5).backward(dy)
 
-        for which, call, nbytes in (("fwd", forward, 2 * rows * d * size),
-                                    ("fwd+bwd", forward_backward, 5 * rows * d * size)):
-            ms = median_ms(call, device, reps)
+        for which, call, nbytes, grads in (("fwd", forward, 2 * rows * d * size, None),
+                                           ("fwd+bwd", forward_backward, 5 * rows * d * size, [x, w, b])):
+            ms = median_ms(call, device, reps, grads)
             out.append({"impl": name, "rows": rows, "d": d, "dtype": str(dtype).replace("torch.", ""),
                         "pass": which, "ms": ms, "gb_per_s": nbytes / ms / 1e6})
     return out

@@ -94,7 +94,8 @@ if files:
 PY
 }
 
-# pack_runs: the whole run tree ($RUNS: records, logs and checkpoints) as $OUT/<recipe>_runs.tar.gz.part-*,
+# pack_runs [SUBFOLDER ...]: the run tree ($RUNS: records, logs and checkpoints; only these folders of
+# it when named) as $OUT/<recipe>_runs.tar.gz.part-*,
 # so that a later session can build on it: unpack it into a folder that .git/info/exclude ignores
 # (e.g. .keep/runs), name that folder in the device tool's `carry`, and run with RUNS=.keep/runs:
 # completed stages are skipped and later stages start from their checkpoints; a run that was killed
@@ -104,8 +105,8 @@ PY
 # The device tool returns files of at most 16 MiB: the archive comes back in parts of 15 MiB,
 # ${RECIPE}_runs.tar.gz.part-aa, -ab, ...; join them with `cat ${RECIPE}_runs.tar.gz.part-* | tar xz`.
 # (Session 4's transfer_mini run tree, 23 MB in one file, did not come back.)
-# pack_runs [SUBFOLDER ...]: only these folders of $RUNS (default: all of it). The device tool returns
-# at most 64 MiB in all: session 10's Path-X call packed its carried input runs too and lost its last part.
+# It returns at most 64 MiB in all: name the runs a call trained (session 10's Path-X call packed its
+# carried input runs too and lost its last part).
 pack_runs() {
   (( $# )) || set -- .
   tar czf - -C "$RUNS" "$@" 2>/dev/null | split -b 15M - "$OUT/${RECIPE}_runs.tar.gz.part-"
