@@ -36,6 +36,18 @@ from .resumable_loader import EpochPermutationSampler, ResumableDataLoader
 SPLITS = ("train", "val", "test")
 
 
+def check_utf8(path: Path, lineno: int, line: str) -> None:
+    """ValueError naming file and line when `line` (read with errors="surrogateescape") held bytes
+    that are not UTF-8."""
+    if line.isascii():
+        return
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"{path}:{lineno}: not valid UTF-8 (byte 0x{ord(line[err.start]) - 0xDC00:02x} at "
+                         f"column {err.start + 1})") from None
+
+
 class Ragged:
     """N variable-length 1-D arrays stored as one flat array + offsets (N + 1)."""
 
@@ -189,6 +201,11 @@ class DataSource(ABC):
     def missing_help(self) -> str:
         """What to put where (or what to install) when `available()` is False."""
 
+    def incomplete(self) -> str | None:
+        """When this source's data are there in part (e.g. a release folder lacking a file): what is
+        missing and how to fix it; `source="auto"` then stops with it instead of falling back."""
+        return None
+
     def prepare(self) -> None:
         """Generate / convert / download; called once per node before `load`."""
         self.require()
@@ -203,7 +220,7 @@ class DataSource(ABC):
 
     def require(self) -> None:
         if not self.available():
-            raise FileNotFoundError(self.missing_help())
+            raise FileNotFoundError(self.incomplete() or self.missing_help())
 
 
 class LraDataModule(pl.LightningDataModule):

@@ -52,6 +52,9 @@ def resolve_source(spec: TaskSpec, source: str, **ctx) -> DataSource:
         src = make_source(spec, kind, **ctx)
         if src.available():
             return src
+        problem = src.incomplete()
+        if problem:   # a broken copy of this source's data: say so, never fall back silently
+            raise FileNotFoundError(f"{spec.name}: {problem}")
         tried.append(src.missing_help())
     raise FileNotFoundError(f"no data for {spec.name}. " + " | ".join(tried))
 

@@ -66,6 +66,9 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     labels = np.asarray(labels)
     if labels.shape != (data.shape[0],):
         raise ValueError(f"{path}: {data.shape[0]} images but {labels.size} labels")
+    if labels.dtype.kind not in "iu":   # floats would be truncated, strings / None fail in numpy
+        row = next((i for i, v in enumerate(labels.tolist()) if type(v) is not int), 0)
+        raise ValueError(f"{path}: row {row}: label {labels.tolist()[row]!r} is not an integer in 0..9")
     bad = np.flatnonzero((labels < 0) | (labels > 9))
     if len(bad):
         raise ValueError(f"{path}: row {int(bad[0])}: label {int(labels[bad[0]])} is not in 0..9")
@@ -94,6 +97,14 @@ class FolderCifar(DataSource):
         return (f"CIFAR-10 not found: expected cifar-10-batches-py/{{data_batch_1..5,test_batch}} under "
                 f"{self.data_dir}. Download {release.CIFAR10_URL} and unpack it there "
                 f"(tar xzf cifar-10-python.tar.gz -C {self.data_dir}), or {release.TFDS_HINT} to read tfds 'cifar10'")
+
+    def incomplete(self) -> str | None:
+        if self.root is not None:
+            return None
+        return release.incomplete_folder(
+            self.data_dir, "cifar-10-batches-py", TRAIN_FILES + TEST_FILES, "the CIFAR-10 folder",
+            f"Unpack {release.CIFAR10_URL} again (tar xzf cifar-10-python.tar.gz -C {self.data_dir}), or "
+            "remove the folder and use source='tfds'.")
 
     def load(self, split: str) -> PixelSplit:
         self.require()

@@ -107,6 +107,11 @@ def fill_images(folder: Path, n: int, shape: Sequence[int], job: Job, *, workers
         if images is not None and (images.shape != (n, *shape) or images.dtype != np.uint8):
             images = None
     if images is None:
+        # A fresh (zero) image file: bookkeeping left by an earlier attempt describes the old file and
+        # must go first, or an interruption before the first chunk is recorded would leave chunks
+        # marked done over zero images.
+        for name in (DONE, "partial_labels.npy"):
+            (folder / name).unlink(missing_ok=True)
         images = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(n, *shape))
         done = np.zeros(len(starts), dtype=bool)
     else:
@@ -168,17 +173,39 @@ def fill_images(folder: Path, n: int, shape: Sequence[int], job: Job, *, workers
             with process_pool(min(workers, len(todo))) as pool:
                 pending = {pool.submit(_run_chunk, job, str(path), starts[i], min(starts[i] + chunk, n)): i
                            for i in todo}
-                while pending:
-                    finished_futures, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished_futures:
-                        i = pending.pop(future)
-                        _, stop, chunk_labels, seconds = future.result()
-                        record(i, stop, chunk_labels, seconds)
-                        advance(stop - starts[i])
+                try:
+                    while pending:
+                        finished_futures, _ = wait(pending, return_when=FIRST_COMPLETED)
+                        for future in finished_futures:
+                            i = pending.pop(future)
+                            _, stop, chunk_labels, seconds = future.result()
+                            record(i, stop, chunk_labels, seconds)
+                            advance(stop - starts[i])
+                except BaseException:
+                    # A failed chunk (e.g. a corrupt image) or an interruption: report it now, not
+                    # after every queued chunk has run (leaving the pool waits for them).
+                    for future in pending:
+                        future.cancel()
+                    raise
     seconds = time.perf_counter() - t0
     if labels is not None and (labels < 0).any():
         raise RuntimeError(f"internal error: labels missing for some images in {folder}")
     return {"labels": labels, "seconds": seconds, "cpu_seconds": cpu, "images": made}
+
+
+def is_filled(folder: Path, n: int, shape: Sequence[int]) -> bool:
+    """Was `folder` completed by fill_images + save_labels + finish (e.g. one split of a cache whose
+    build was interrupted later)? Then a resumed build can keep it as it is."""
+    folder = Path(folder)
+    if (folder / DONE).exists() or not (folder / LABELS).is_file():
+        return False
+    try:
+        images = np.load(folder / IMAGES, mmap_mode="r")
+        labels = np.load(folder / LABELS, mmap_mode="r")
+    except (OSError, ValueError):
+        return False
+    return (images.shape == (n, *(int(s) for s in shape)) and images.dtype == np.uint8
+            and labels.shape == (n,))
 
 
 def finish(folder: Path) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from . import cache, release
-from .base import DataSource, Ragged, TokenSplit
+from .base import DataSource, Ragged, TokenSplit, check_utf8
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -46,7 +46,9 @@ def encode(expression: str) -> np.ndarray:
     parts = text.replace("(", " ").replace(")", " ").split()
     joined = "".join(parts)
     ids = None
-    if len(joined) == len(parts) and joined.isascii():
+    # The fast path maps the stand-in letters a-d to the operators, so letters in the input itself
+    # must take the checked path (else a stray "a" would silently read as [MIN).
+    if len(joined) == len(parts) and joined.isascii() and not any(ch in expression for ch in "abcd"):
         ids = _LUT[np.frombuffer(joined.encode("ascii"), dtype=np.uint8)]
     if ids is None or (ids < 0).any():
         for token in expression.replace("(", " ").replace(")", " ").split():
@@ -62,9 +64,10 @@ def read_tsv(path: Path, max_len: int | None = None) -> TokenSplit:
     """Read an official-format ListOps TSV; errors name the file and the line."""
     path = Path(path)
     arrays, labels = [], []
-    with open(path, "r", encoding="utf-8", newline="") as handle:
+    with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as handle:
         for lineno, raw in enumerate(handle, start=1):
             line = raw.rstrip("\r\n")
+            check_utf8(path, lineno, line)
             if lineno == 1 and line.strip() == HEADER:
                 continue
             if not line.strip():
@@ -111,6 +114,12 @@ class ListOpsParams:
         if not 1 <= self.min_length < self.max_length - 1:
             raise ValueError(f"ListOps lengths need 1 <= min_length < max_length - 1, got "
                              f"({self.min_length}, {self.max_length})")
+        if self.max_length < 5:
+            # the shortest expression, [OP a b ], has 4 tokens; none would fit and the generator
+            # would search for minutes before giving up
+            raise ValueError(f"ListOps max_length must be at least 5 (lengths < max_length; the shortest "
+                             f"expression [OP a b ] has 4 tokens), got {self.max_length} (seq_len "
+                             f"{self.max_length - 1}?)")
         if self.max_args < 2 or self.max_depth < 1 or not 0 < self.operator_prob < 1:
             raise ValueError(f"invalid ListOps tree parameters: {self}")
 
@@ -247,6 +256,14 @@ class OfficialListOps(DataSource):
         return ("ListOps data not found: " + release.release_help(self.data_dir, "listops-1000/basic_{train,val,test}.tsv")
                 + f". Or let the built-in generator make it: lra data generate listops --out {self.data_dir} "
                 "(source='generated').")
+
+    def incomplete(self) -> str | None:
+        if self.folder is not None:
+            return None
+        return release.incomplete_folder(
+            self.data_dir, "listops-1000", FILES.values(), "the ListOps release folder",
+            f"Unpack it again from {release.LRA_RELEASE_URL}, or use the generator: "
+            f"lra data generate listops --out {self.data_dir} (source='generated').")
 
     def load(self, split: str) -> TokenSplit:
         self.require()

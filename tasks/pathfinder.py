@@ -16,6 +16,7 @@ array per split, keyed by every generator parameter.
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from .base import DataSource, PixelSplit
 
 SPLITS = ("train", "val", "test")
 METADATA_FIELDS = 11
+EIGHT_BIT_MODES = ("L", "P", "1", "LA", "RGB", "RGBA")   # PIL modes that convert to "L" without loss of range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +63,25 @@ def read_metadata(folder: Path) -> list[MetadataRow]:
             rows.append(MetadataRow(folder / fields[0] / fields[1], int(fields[3]), f"{path}:{lineno}"))
     if not rows:
         raise ValueError(f"{meta_dir}: metadata files hold no rows")
-    return rows
+    # An image listed twice would be split into train and test alike (leakage): keep its first row.
+    first: dict[str, MetadataRow] = {}
+    unique, repeated = [], []
+    for row in rows:
+        key = os.path.normpath(row.image)
+        seen = first.setdefault(key, row)
+        if seen is row:
+            unique.append(row)
+            continue
+        if seen.label != row.label:
+            raise ValueError(f"{row.source}: image {row.image} has label {row.label}, but {seen.source} "
+                             f"lists it with label {seen.label}")
+        repeated.append((row, seen))
+    if repeated:
+        row, seen = repeated[0]
+        warnings.warn(f"{folder}: skipping {len(repeated)} repeated metadata row(s) (an image listed twice "
+                      f"would land in more than one split), e.g. {row.source} repeats {seen.source}",
+                      stacklevel=2)
+    return unique
 
 
 def split_indices(n: int, seed: int, fractions=(0.8, 0.1, 0.1)) -> dict[str, np.ndarray]:
@@ -81,6 +101,9 @@ def decode_pngs(start: int, stop: int, out: np.ndarray, *, paths: list[str], sou
         try:
             with Image.open(paths[k]) as img:
                 img.load()
+                if img.mode not in EIGHT_BIT_MODES:
+                    # convert("L") would clip 16-bit / 32-bit values at 255 without a word
+                    raise ValueError(f"pixel mode {img.mode!r} is not 8-bit (expected 8-bit grayscale 'L')")
                 if img.mode != "L":
                     img = img.convert("L")
                 arr = np.asarray(img, dtype=np.uint8)
@@ -121,6 +144,17 @@ class OfficialPathfinder(DataSource):
             self.data_dir, f"pathfinder{self.size}/{self.subfolder}/{{imgs,metadata}}")
             + f". Or generate it: lra data generate {task_for_size(self.size)} --out {self.data_dir} "
             "(source='generated').")
+
+    def incomplete(self) -> str | None:
+        if self.folder is not None:
+            return None
+        root = release.find_folder(self.data_dir, f"pathfinder{self.size}", (self.subfolder,))
+        if root is None:   # this difficulty is not there at all (generating it is then fine)
+            return None
+        return (f"the Pathfinder-{self.size} release folder {root / self.subfolder} is incomplete: missing "
+                f"metadata/ (an interrupted unpack?). Unpack it again from {release.LRA_RELEASE_URL}, or "
+                f"generate the data: lra data generate {task_for_size(self.size)} --out {self.data_dir} "
+                "(source='generated').")
 
     def _cache_folder(self) -> Path:
         meta = sorted((self.folder / "metadata").glob("*.npy"))
@@ -214,6 +248,10 @@ class GeneratedPathfinder(DataSource):
         def build(staging: Path) -> None:
             for split in SPLITS:
                 n = getattr(self.counts, split)
+                if image_store.is_filled(staging / split, n, (self.params.size, self.params.size)):
+                    # finished before an interruption: resume with the next split
+                    stats[split] = {"seconds": 0.0, "cpu_seconds": 0.0, "images": 0}
+                    continue
                 job = image_store.Job("tasks.pathfinder:generate_chunk",
                                       {"params": params, "seed": self.seed, "split": split})
                 result = image_store.fill_images(

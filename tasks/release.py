@@ -51,6 +51,21 @@ def find_folder(data_dir: Path, name: str, must_contain: Iterable[str] = (),
     return None
 
 
+def incomplete_folder(data_dir: Path, name: str, needed: Iterable[str], what: str, fix: str) -> str | None:
+    """When a folder called `name` is there but lacks some of `needed` (an interrupted unpack, a
+    deleted file), the message naming it and what is missing; None when there is no such folder.
+    Callers use it only when no complete folder was found, so that source="auto" does not silently
+    fall back to another source (a generator, tfds) next to a broken copy of the data."""
+    folder = find_folder(data_dir, name)
+    if folder is None:
+        return None
+    missing = [rel for rel in needed if not (folder / rel).exists()]
+    if not missing:
+        return None
+    return (f"{what} in {folder} is incomplete: missing {', '.join(missing)} (an interrupted unpack?). "
+            f"{fix}")
+
+
 def release_help(data_dir: Path, expected: str) -> str:
     return (f"expected {expected} under {data_dir} (nested lra_release/lra_release/... folders are found "
             f"too). Get the official LRA release: download {LRA_RELEASE_URL} (about 7.7 GB) and unpack it "

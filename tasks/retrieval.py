@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import release
-from .base import DataSource, Ragged, TokenSplit
+from .base import DataSource, Ragged, TokenSplit, check_utf8
 
 FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 
@@ -27,9 +27,10 @@ def read_tsv(path: Path, max_len: int) -> TokenSplit:
     """Read one AAN pairs file; ValueError names the file and line of a corrupt row."""
     path = Path(path)
     first, second, labels = [], [], []
-    with open(path, "r", encoding="utf-8", newline="") as handle:
+    with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as handle:
         for lineno, raw in enumerate(handle, start=1):
             line = raw.rstrip("\r\n")
+            check_utf8(path, lineno, line)
             if not line.strip():
                 continue
             fields = line.split("\t")
@@ -66,6 +67,12 @@ class OfficialAan(DataSource):
     def missing_help(self) -> str:
         return "AAN retrieval data not found: " + release.release_help(
             self.data_dir, "tsv_data/new_aan_pairs.{train,eval,test}.tsv")
+
+    def incomplete(self) -> str | None:
+        if self.folder is not None:
+            return None
+        return release.incomplete_folder(self.data_dir, "tsv_data", FILES.values(), "the AAN release folder",
+                                         f"Unpack it again from {release.LRA_RELEASE_URL}.")
 
     def load(self, split: str) -> TokenSplit:
         self.require()

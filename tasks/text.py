@@ -93,6 +93,14 @@ class FolderImdb(_ImdbSource):
                 f"Download {release.IMDB_URL} and unpack it there (tar xzf aclImdb_v1.tar.gz -C {self.data_dir}), "
                 f"or {release.TFDS_HINT} to read tfds 'imdb_reviews'")
 
+    def incomplete(self) -> str | None:
+        if self.root is not None:
+            return None
+        return release.incomplete_folder(
+            self.data_dir, "aclImdb", ("train/pos", "train/neg", "test/pos", "test/neg"), "the IMDB folder",
+            f"Unpack {release.IMDB_URL} again (tar xzf aclImdb_v1.tar.gz -C {self.data_dir}), or remove the "
+            "folder and use source='tfds'.")
+
     def _raw(self, split):
         return read_folder_split(self.root, split, self.max_len)
 

@@ -134,3 +134,102 @@ def test_cli_check_official(tmp_path, capsys, write_aan):
     assert "official AAN pairs" in out and "x2 documents" in out and "input_ids (3, 2, 16) int64" in out
     with pytest.raises(FileNotFoundError, match="AAN retrieval data not found"):
         _cli(["data", "check", "retrieval", "--data-dir", str(tmp_path / "empty")])
+
+
+def test_fill_images_drops_stale_bookkeeping_with_a_new_image_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(image_store, "_resolve", lambda name: _fill)
+    image_store.fill_images(tmp_path, 50, (2, 2), image_store.Job("x:_fill", {}), workers=1, chunk=10,
+                            progress=False)
+    assert np.load(tmp_path / image_store.DONE).all()
+    (tmp_path / image_store.IMAGES).unlink()              # the image file is lost, its bookkeeping not
+    with pytest.raises(RuntimeError, match="stop at 0"):   # interrupted before the first chunk is done
+        image_store.fill_images(tmp_path, 50, (2, 2), image_store.Job("x:_fill", {"fail_at": 0}), workers=1,
+                                chunk=10, progress=False)
+    result = image_store.fill_images(tmp_path, 50, (2, 2), image_store.Job("x:_fill", {}), workers=1,
+                                     chunk=10, progress=False)
+    assert result["images"] == 50                          # nothing is taken as done over zero images
+    assert image_store.open_images(tmp_path)[:, 0, 0].tolist() == list(range(50))
+
+
+def test_generated_pathfinder_resume_keeps_finished_splits(tmp_path, monkeypatch):
+    from tasks import pathfinder_gen
+
+    made = []
+    original = pathfinder_gen.generate_into
+
+    def interrupted_in_test(params, seed, split, indices, out):
+        made.append((split, len(indices)))
+        if split == "test":
+            raise KeyboardInterrupt
+        return original(params, seed, split, indices, out)
+
+    monkeypatch.setattr(pathfinder_gen, "generate_into", interrupted_in_test)
+    dm = build_datamodule("pathfinder32", data_dir=tmp_path, batch_size=2, limit_train=16, limit_eval=8,
+                          generator_workers=1)
+    with pytest.raises(KeyboardInterrupt):
+        dm.prepare_data()
+    assert ("train", 8) in made and ("val", 8) in made
+    made.clear()
+    monkeypatch.setattr(pathfinder_gen, "generate_into", lambda *a: made.append((a[2], len(a[3]))) or original(*a))
+    dm.prepare_data()
+    assert made == [("test", 8)]                           # train and val are not made again
+    dm.setup()
+    labels = [dm.dataset("train")[i]["label"].item() for i in range(16)]
+    assert labels == pathfinder_gen.sample_labels(0, "train", 16).tolist()
+    sample = pathfinder_gen.generate_sample(pathfinder_gen.params_for(32), 0, "train", 5)
+    assert np.array_equal(dm.dataset("train")[5]["input_ids"].numpy(), sample.image.reshape(-1))
+
+
+def test_auto_never_falls_back_next_to_an_incomplete_release(tmp_path, write_listops, write_pathfinder,
+                                                             write_imdb, write_cifar, write_aan):
+    import shutil
+
+    write_listops(tmp_path / "a")
+    (tmp_path / "a" / "listops-1000" / "basic_test.tsv").unlink()
+    with pytest.raises(FileNotFoundError, match=r"listops-1000 is incomplete: missing basic_test\.tsv.*"
+                                                r"lra data generate listops"):
+        build_datamodule("listops", data_dir=tmp_path / "a", batch_size=2)      # was: the generator
+    with pytest.raises(FileNotFoundError, match=r"missing basic_test\.tsv"):
+        build_datamodule("listops", data_dir=tmp_path / "a", batch_size=2, source="official")
+    assert build_datamodule("listops", data_dir=tmp_path / "a", batch_size=2,
+                            source="generated").source.kind == "generated"     # asked for: fine
+    folder, _, _ = write_pathfinder(tmp_path / "b", n=4)
+    shutil.rmtree(folder / "metadata")
+    with pytest.raises(FileNotFoundError, match=r"curv_contour_length_14 is incomplete: missing metadata/"):
+        build_datamodule("pathfinder32", data_dir=tmp_path / "b", batch_size=2)
+    # Another difficulty that is not there at all is generated as before.
+    assert build_datamodule("pathfinder32", data_dir=tmp_path / "b", batch_size=2,
+                            difficulty="easy").source.kind == "generated"
+    root = write_imdb(tmp_path / "c")
+    shutil.rmtree(root / "test" / "neg")
+    with pytest.raises(FileNotFoundError, match=r"aclImdb is incomplete: missing test/neg"):
+        build_datamodule("text", data_dir=tmp_path / "c", batch_size=2)          # was: tfds (a download)
+    folder, _ = write_cifar(tmp_path / "d", per_batch=2)
+    (folder / "data_batch_4").unlink()
+    with pytest.raises(FileNotFoundError, match=r"cifar-10-batches-py is incomplete: missing data_batch_4"):
+        build_datamodule("image", data_dir=tmp_path / "d", batch_size=2)
+    folder = write_aan(tmp_path / "e")
+    (folder / "new_aan_pairs.eval.tsv").unlink()
+    with pytest.raises(FileNotFoundError, match=r"tsv_data is incomplete: missing new_aan_pairs\.eval\.tsv"):
+        build_datamodule("retrieval", data_dir=tmp_path / "e", batch_size=2)
+
+
+def test_parallel_fill_reports_a_failed_chunk_without_running_the_rest(tmp_path, monkeypatch):
+    import time
+
+    log = tmp_path / "started.log"
+
+    def slow(start, stop, out, *, fail_at):
+        with open(log, "a") as handle:
+            handle.write(f"{start}\n")
+        if start == fail_at:
+            raise ValueError(f"corrupt image in chunk {start}")
+        time.sleep(0.05)
+        out[:] = 1
+
+    monkeypatch.setattr(image_store, "_resolve", lambda name: slow)   # forked workers inherit it
+    with pytest.raises(ValueError, match="corrupt image in chunk 8"):
+        image_store.fill_images(tmp_path / "fill", 800, (2, 2), image_store.Job("x:slow", {"fail_at": 8}),
+                                workers=2, chunk=8, progress=False)
+    started = len(log.read_text().split())
+    assert started < 20, f"{started} of 100 chunks ran after the error"     # was: all 100

@@ -52,6 +52,13 @@ def test_white_maps_to_255():
     (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [1, 11]}), "row 1: label 11 is not in 0..9"),
     (pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [1, 1]}), r"must be uint8 of shape \(N, 3072\)"),
     (pickle.dumps({b"labels": [1]}), "missing 'data' or 'labels'"),
+    # not integers: a float would be truncated silently (1.7 -> 1), str / None failed inside numpy
+    (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [1.7, 2.0]}),
+     r"row 0: label 1\.7 is not an integer in 0\.\.9"),
+    (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [3, "cat"]}),
+     r"row 0: label '3' is not an integer"),
+    (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [3, None]}),
+     "row 1: label None is not an integer"),
 ])
 def test_corrupt_batches_name_the_file(tmp_path, write_cifar, content, message):
     folder, _ = write_cifar(tmp_path, per_batch=4)

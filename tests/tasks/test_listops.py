@@ -88,6 +88,9 @@ def test_official_reader_nested_layout(nested, write_listops):
     ("( [MAX 2 9 ] )\tten", "Target must be an integer 0-9"),
     ("( [MAX 2 9 ] )\t12", "Target must be an integer 0-9"),
     ("( [MAX 2 x ] )\t9", "unknown ListOps token 'x'"),
+    # a-d are the fast tokenizer's stand-ins for the operators: never read as [MIN ... [SM
+    ("( ( ( a 2 ) 9 ) ] )\t9", "unknown ListOps token 'a'"),
+    ("( [MAX 2 d ] )\t9", "unknown ListOps token 'd'"),
 ])
 def test_corrupt_rows_name_file_and_line(tmp_path, write_listops, row, message):
     folder = write_listops(tmp_path)
@@ -95,6 +98,14 @@ def test_corrupt_rows_name_file_and_line(tmp_path, write_listops, row, message):
     with open(path, "a") as handle:
         handle.write(row + "\n")
     with pytest.raises(ValueError, match=rf"basic_train\.tsv:6: {message}"):
+        listops.read_tsv(path)
+
+
+def test_undecodable_bytes_name_file_and_line(tmp_path, write_listops):
+    path = write_listops(tmp_path) / "basic_train.tsv"
+    with open(path, "ab") as handle:
+        handle.write(b"( [MAX 2 9 ] )\t9\n( [MAX 2 \xff ] )\t9\n")
+    with pytest.raises(ValueError, match=r"basic_train\.tsv:7: not valid UTF-8 \(byte 0xff at column 10\)"):
         listops.read_tsv(path)
 
 
@@ -138,6 +149,15 @@ def test_generated_source_reads_back_and_labels_span_classes(tmp_path):
         item = ds[i]
         n = int((~item["padding_mask"]).sum())
         assert item["input_ids"][n - 1].item() == 15 and n <= 128
+
+
+def test_generator_rejects_lengths_no_expression_fits(tmp_path):
+    # seq_len 3 -> max_length 4: no expression is that short; the generator used to search 1M chunks
+    with pytest.raises(ValueError, match="max_length must be at least 5"):
+        build_datamodule("listops", data_dir=tmp_path, batch_size=2, seq_len=3, source="generated")
+    p = listops.ListOpsParams(n_train=3, n_val=1, n_test=1, min_length=1, max_length=5)
+    listops.generate(p, tmp_path, workers=1, progress=False)
+    assert {len(s) for s in listops.read_tsv(tmp_path / listops.FILES["train"]).sequences[0]} == {4}
 
 
 def test_auto_prefers_official_then_generator(tmp_path, write_listops):

@@ -185,3 +185,37 @@ def test_pixel_dataset_pickles_the_memmap_path(tmp_path):
     assert len(blob) < 4 * 1024                     # the images stay on disk
     copy = pickle.loads(blob)
     assert np.array_equal(copy[3]["input_ids"], ds[3]["input_ids"]) and copy[3]["label"] == ds[3]["label"]
+
+
+def test_repeated_metadata_rows_cannot_leak_across_splits(tmp_path, write_pathfinder):
+    folder, labels, images = write_pathfinder(tmp_path, n=20)
+    meta0, meta1 = folder / "metadata" / "0.npy", folder / "metadata" / "1.npy"
+    meta1.write_text(meta1.read_text() + meta0.read_text())        # batch 0 listed a second time
+    with pytest.warns(UserWarning, match=r"skipping 10 repeated metadata row\(s\).*1\.npy:11 repeats .*0\.npy:1"):
+        rows = pathfinder.read_metadata(folder)
+    assert len(rows) == 20 and len({r.image for r in rows}) == 20
+    with pytest.warns(UserWarning, match="repeated metadata"):
+        dm = build_datamodule("pathfinder32", data_dir=tmp_path, batch_size=2, source="official",
+                              generator_workers=1)
+        dm.prepare_data()
+    dm.setup()
+    assert sum(dm.split_sizes.values()) == 20
+    seen = [dm.dataset(s)[i]["input_ids"].numpy().tobytes() for s in ("train", "val", "test")
+            for i in range(dm.split_sizes[s])]
+    assert len(set(seen)) == 20                                    # no image in two splits
+    first = meta0.read_text().splitlines()[0].split()
+    first[3] = str(1 - int(first[3]))
+    meta1.write_text(meta1.read_text() + " ".join(first) + "\n")
+    with pytest.raises(ValueError, match=r"1\.npy:21: image .*sample_0\.png has label .* but .*0\.npy:1 lists it"):
+        pathfinder.read_metadata(folder)
+
+
+def test_16_bit_png_is_an_error_not_clipped(tmp_path, write_pathfinder):
+    from PIL import Image
+
+    folder, _, _ = write_pathfinder(tmp_path, n=6)
+    wide = (np.arange(32 * 32).reshape(32, 32) * 60).astype(np.uint16)   # values up to 61380
+    Image.fromarray(wide).save(folder / "imgs" / "0" / "sample_1.png")
+    dm = build_datamodule("pathfinder32", data_dir=tmp_path, batch_size=2, source="official", generator_workers=1)
+    with pytest.raises(ValueError, match=r"sample_1\.png \(listed at .*0\.npy:2\).*mode 'I;16' is not 8-bit"):
+        dm.prepare_data()

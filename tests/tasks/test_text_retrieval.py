@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tasks import build_datamodule, text
+from tasks import build_datamodule, retrieval, text
 
 
 def ids_of(raw: bytes) -> list[int]:
@@ -96,6 +96,14 @@ def test_aan_corrupt_row_names_file_and_line(tmp_path, write_aan, row, message):
     dm = build_datamodule("retrieval", data_dir=tmp_path, batch_size=2)
     with pytest.raises(ValueError, match=rf"new_aan_pairs\.eval\.tsv:4: {message}"):
         dm.setup("validate")
+
+
+def test_aan_undecodable_bytes_name_file_and_line(tmp_path, write_aan):
+    folder = write_aan(tmp_path)
+    with open(folder / "new_aan_pairs.test.tsv", "ab") as handle:
+        handle.write("1\ta\tb\tcaf\u00e9\tok\n".encode("utf-8") + b"0\ta\tb\tcaf\xe9\tok\n")
+    with pytest.raises(ValueError, match=r"new_aan_pairs\.test\.tsv:5: not valid UTF-8 \(byte 0xe9 at column 10\)"):
+        retrieval.read_tsv(folder / "new_aan_pairs.test.tsv", 16)
 
 
 def test_aan_missing(tmp_path):
