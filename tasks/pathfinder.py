@@ -45,7 +45,11 @@ def read_metadata(folder: Path) -> list[MetadataRow]:
     if not files:
         raise FileNotFoundError(f"no metadata/*.npy files in {folder}")
     rows: list[MetadataRow] = []
+    empty: list[str] = []
     for path in files:
+        if path.stat().st_size == 0:
+            empty.append(path.name)   # its images (if any) are left out: say so
+            continue
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
@@ -63,6 +67,10 @@ def read_metadata(folder: Path) -> list[MetadataRow]:
             rows.append(MetadataRow(folder / fields[0] / fields[1], int(fields[3]), f"{path}:{lineno}"))
     if not rows:
         raise ValueError(f"{meta_dir}: metadata files hold no rows")
+    if empty:
+        warnings.warn(f"{meta_dir}: {len(empty)} empty metadata file(s) ({', '.join(empty[:5])}"
+                      f"{', ...' if len(empty) > 5 else ''}): the images they would list are left out "
+                      "(an interrupted unpack?)", stacklevel=2)
     # An image listed twice would be split into train and test alike (leakage): keep its first row.
     first: dict[str, MetadataRow] = {}
     unique, repeated = [], []

@@ -219,3 +219,11 @@ def test_16_bit_png_is_an_error_not_clipped(tmp_path, write_pathfinder):
     dm = build_datamodule("pathfinder32", data_dir=tmp_path, batch_size=2, source="official", generator_workers=1)
     with pytest.raises(ValueError, match=r"sample_1\.png \(listed at .*0\.npy:2\).*mode 'I;16' is not 8-bit"):
         dm.prepare_data()
+
+
+def test_an_empty_metadata_file_is_reported_not_skipped_silently(tmp_path, write_pathfinder):
+    folder, _, _ = write_pathfinder(tmp_path, n=20)
+    (folder / "metadata" / "1.npy").write_bytes(b"")               # e.g. an interrupted unpack
+    with pytest.warns(UserWarning, match=r"1 empty metadata file\(s\) \(1\.npy\).*left out"):
+        rows = pathfinder.read_metadata(folder)
+    assert len(rows) == 10                                         # batch 0's rows only
