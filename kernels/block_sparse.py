@@ -118,6 +118,8 @@ class BlockSparseLayout:
         if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool:
             raise TypeError(f"layout must be a bool tensor (True = the query block attends to the key block), got "
                             f"{layout.dtype if isinstance(layout, torch.Tensor) else type(layout).__name__}")
+        if layout.layout != torch.strided:
+            raise TypeError(f"layout must be a dense (strided) tensor, got {layout.layout}; call .to_dense()")
         if layout.dim() not in (2, 3) or layout.numel() == 0:
             raise ValueError(f"layout must be a non-empty (n_q_blocks, n_k_blocks) or (H, n_q_blocks, n_k_blocks) "
                              f"bool tensor, got shape {tuple(layout.shape)}")
@@ -196,9 +198,12 @@ class BlockSparseLayout:
         plans = self._plans.get(key)
         if plans is None:
             bs = self.block_size
-            fwd = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.fwd.block_m, tiles.fwd.block_n, False)
-            dkdv = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.dkdv.block_m, tiles.dkdv.block_n, True)
-            dq = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.dq.block_m, tiles.dq.block_n, False)
+            # normal tensors even when the first call runs under torch.inference_mode (e.g. Lightning's
+            # sanity-check validation): cached inference tensors could not be saved for a later backward
+            with torch.inference_mode(False):
+                fwd = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.fwd.block_m, tiles.fwd.block_n, False)
+                dkdv = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.dkdv.block_m, tiles.dkdv.block_n, True)
+                dq = _tile_plan(self.layout, bs, n_q, n_k, causal, tiles.dq.block_m, tiles.dq.block_n, False)
             plans = (*fwd, *dkdv, *dq)
             self._plans[key] = plans
         return plans
@@ -234,7 +239,13 @@ _compiled: dict[tuple[int, int, int], tuple[weakref.ref, BlockSparseLayout]] = {
 
 
 def compile_layout(layout: torch.Tensor, block_size: int) -> BlockSparseLayout:
-    """The cached :class:`BlockSparseLayout` of a bool layout tensor (rebuilt if it was modified)."""
+    """The cached :class:`BlockSparseLayout` of a bool layout tensor (rebuilt if it was modified).
+
+    An inference tensor (made under ``torch.inference_mode``) has no version counter, so a change made
+    to it in place could not be seen: it is compressed afresh at every call (pass a
+    :class:`BlockSparseLayout` to reuse the work)."""
+    if layout.is_inference():
+        return BlockSparseLayout(layout, block_size)
     key = (id(layout), layout._version, block_size)
     hit = _compiled.get(key)
     if hit is not None and hit[0]() is layout:

@@ -55,6 +55,8 @@ kernel; ``triton`` -- always the kernel, also on CPU (there it needs the interpr
 """
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 import torch
@@ -62,6 +64,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 ENV = "LRA_LAYER_NORM"
 MODES = ("auto", "torch", "triton")
@@ -238,7 +241,9 @@ def _backward(x2, weight, mean, rstd, dy2, need_dx: bool, need_dw: bool, need_db
 
 
 class LayerNormFunction(torch.autograd.Function):
-    """Autograd of the kernels; ``x`` contiguous, already validated (use :func:`layer_norm`)."""
+    """Autograd of the kernels; ``x``, weight and bias contiguous, already validated (use
+    :func:`layer_norm`). Differentiable once: a double backward (``create_graph=True``) raises
+    instead of silently dropping the second-order terms."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, out_dtype):
@@ -251,6 +256,7 @@ class LayerNormFunction(torch.autograd.Function):
         return y.view(x.shape)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         x2, weight, mean, rstd = ctx.saved_tensors
         need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
@@ -296,9 +302,11 @@ def output_dtype(x: torch.Tensor, autocast_output: bool = False) -> torch.dtype:
     return _AUTOCAST_OUT[key]
 
 
-def _check(x, weight, bias) -> None:
+def _check(x, weight, bias, eps) -> None:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"layer_norm: x must be a tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise ValueError(f"layer_norm: x must be a dense (strided) tensor, got {x.layout}; call .to_dense()")
     if x.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"layer_norm: x must be float32, bfloat16 or float16, got {x.dtype}")
     if x.dim() < 1 or x.shape[-1] < 1:
@@ -309,6 +317,8 @@ def _check(x, weight, bias) -> None:
             continue
         if not isinstance(p, torch.Tensor):
             raise ValueError(f"layer_norm: {name} must be a tensor or None, got {type(p).__name__}")
+        if p.layout != torch.strided:
+            raise ValueError(f"layer_norm: {name} must be a dense (strided) tensor, got {p.layout}; call .to_dense()")
         if tuple(p.shape) != (d,):
             raise ValueError(f"layer_norm: {name} must have shape ({d},) (x's last dimension), "
                              f"got {tuple(p.shape)}")
@@ -316,6 +326,8 @@ def _check(x, weight, bias) -> None:
             raise ValueError(f"layer_norm: {name} must be float32, bfloat16 or float16, got {p.dtype}")
         if p.device != x.device:
             raise ValueError(f"layer_norm: x is on {x.device} but {name} is on {p.device}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"layer_norm: eps must be a finite number >= 0, got {eps!r}")
     _check_device(x)
 
 
@@ -336,7 +348,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     instead (see :class:`LayerNorm`). Differentiable in x, weight and bias. Raises ``ValueError``
     for bad input.
     """
-    _check(x, weight, bias)
+    _check(x, weight, bias, eps)
     d = x.shape[-1]
     if d > MAX_D or x.numel() == 0:
         return F.layer_norm(x, (d,), weight, bias, eps)
@@ -344,7 +356,11 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
 
 
 def _apply(x, weight, bias, eps: float, autocast_output: bool) -> torch.Tensor:
-    """The kernels on inputs already checked (by :func:`layer_norm`, or :meth:`LayerNorm._use_kernel`)."""
+    """The kernels on inputs already checked (by :func:`layer_norm`, or :meth:`LayerNorm._use_kernel`).
+    The kernels read x, weight and bias as contiguous: a strided or expanded (stride-0) weight or
+    bias is copied (differentiably) like x, not read past its elements."""
+    weight = weight.contiguous() if weight is not None else None
+    bias = bias.contiguous() if bias is not None else None
     return LayerNormFunction.apply(x.contiguous(), weight, bias, float(eps), output_dtype(x, autocast_output))
 
 

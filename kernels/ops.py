@@ -64,6 +64,7 @@ from typing import Callable, Optional
 
 import torch
 import triton
+from torch.autograd.function import once_differentiable
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
 from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, padded_head_dim
@@ -520,6 +521,7 @@ class _FlashFunction(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @once_differentiable  # the backward kernels are not differentiable: a double backward raises
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts = ctx.saved_tensors
         if grad_out is None:

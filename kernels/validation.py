@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from . import triton_attention
+
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 128
 
@@ -23,10 +25,27 @@ def _describe(t) -> str:
     return f"{type(t).__name__}" if not isinstance(t, torch.Tensor) else f"tensor of shape {tuple(t.shape)}"
 
 
+# whether the attention kernels run in Triton's interpreter (decided when they were decorated, by
+# TRITON_INTERPRET=1): the only way they take CPU tensors
+def _kernels_interpreted() -> bool:
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # a Triton without this class: assume the interpreter is set as asked
+        import os
+
+        return os.environ.get("TRITON_INTERPRET") == "1"
+    return isinstance(triton_attention.flash_fwd_kernel, InterpretedFunction)
+
+
+_INTERPRETED = _kernels_interpreted()
+
+
 def check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale) -> AttentionShape:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, N, d), got {_describe(t)}")
+        if t.layout != torch.strided:
+            raise TypeError(f"{name} must be a dense (strided) tensor, got {t.layout}; call .to_dense()")
         if t.dim() != 4:
             raise ValueError(
                 f"{name} must have 4 dims (batch, heads, seq_len, head_dim) like "
@@ -58,10 +77,15 @@ def check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax
         raise ValueError("inputs are on the CPU but CUDA is available, so Triton compiles for the GPU; "
                          "move q, k, v to the GPU (CPU tensors run only through the interpreter, "
                          "TRITON_INTERPRET=1, on machines without CUDA)")
+    if q.device.type == "cpu" and not _INTERPRETED:
+        raise ValueError("inputs are on the CPU, but the kernels were built for the GPU compiler, not Triton's "
+                         "interpreter: CPU tensors run only with TRITON_INTERPRET=1 set before kernels is imported")
     if key_padding_mask is not None:
         m = key_padding_mask
         if not isinstance(m, torch.Tensor):
             raise TypeError(f"key_padding_mask must be a bool tensor (B, N_k), got {_describe(m)}")
+        if m.layout != torch.strided:
+            raise TypeError(f"key_padding_mask must be a dense (strided) tensor, got {m.layout}; call .to_dense()")
         if m.dtype != torch.bool:
             raise TypeError(f"key_padding_mask must have dtype torch.bool (True = padding), got {m.dtype}")
         if tuple(m.shape) != (B, n_k):
@@ -69,7 +93,8 @@ def check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax
         if m.device != q.device:
             raise ValueError(f"key_padding_mask is on {m.device} but q/k/v are on {q.device}")
     if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        kind = f"{type(causal).__module__}.{type(causal).__qualname__}"  # numpy's bool is also called "bool"
+        raise TypeError(f"causal must be a bool, got {causal!r} ({kind})")
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
     if not 0.0 <= float(dropout_p) < 1.0:

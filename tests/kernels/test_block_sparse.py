@@ -209,3 +209,24 @@ def test_layout_check_runs_once_per_call_signature(monkeypatch):
     with pytest.raises(ValueError):
         compiled.check(200, 96, 2, DEVICE)  # a failed signature is not remembered
     assert len(calls) == 4
+
+
+def test_layouts_and_plans_made_under_inference_mode():
+    """Evaluation under torch.inference_mode (Lightning's default, also for the sanity check before training):
+    a bool layout that is an inference tensor (no version counter) works, and a BlockSparseLayout first used
+    there caches plans that a later training call can save for its backward."""
+    n, bs = 40, 16
+    q, k, v = make_qkv(1, 2, n, n, 16, torch.float32)
+    with torch.inference_mode():
+        layout = layouts.local(layouts.num_blocks(n, bs), 3, device=DEVICE)
+        assert layout.is_inference()
+        out = block_sparse_flash_attention(q, k, v, layout, block_size=bs)
+    allowed = expand_layout(layout, bs, n, n)
+    check_against_reference(lambda q, k, v: block_sparse_flash_attention(q, k, v, layout, block_size=bs), q, k, v,
+                            ref_kwargs=dict(allowed=allowed))
+    compiled = BlockSparseLayout.from_dense(random_layout((3, 3), 0.6, seed=2), bs)
+    with torch.inference_mode():
+        first = block_sparse_flash_attention(q, k, v, compiled, block_size=bs)
+    out = check_against_reference(lambda q, k, v: block_sparse_flash_attention(q, k, v, compiled, block_size=bs),
+                                  q, k, v, ref_kwargs=dict(allowed=expand_layout(compiled.layout[0], bs, n, n)))
+    assert torch.equal(out.detach(), first) and len(compiled._plans) == 1

@@ -1,11 +1,16 @@
 """Bad input: one clear ValueError/TypeError naming the problem, raised before any kernel launch."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 import kernels
-from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention
+from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention, ops
 
 from kernel_helpers import DEVICE  # CPU here; on a CUDA machine the same cases run on the GPU
 
@@ -20,11 +25,13 @@ def no_kernel_launch(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a kernel was launched for bad input")
     monkeypatch.setattr(torch.ops.lra_kernels, "flash_fwd", forbidden)
+    monkeypatch.setattr(ops, "launch_fwd", forbidden)  # the eager path (ops._FlashFunction)
 
 
 q, k, v = _qkv()
 CASES = [
     (dict(q=q.cpu().numpy()), TypeError, "q must be a torch.Tensor"),
+    (dict(k=k.to_sparse()), TypeError, "k must be a dense (strided) tensor"),
     (dict(q=q[0]), ValueError, "q must have 4 dims"),
     (dict(k=k[:, :, :, None]), ValueError, "k must have 4 dims"),
     (dict(q=q.to(torch.int32)), TypeError, "dtype torch.int32"),
@@ -40,12 +47,15 @@ CASES = [
     (dict(key_padding_mask=torch.zeros(8, dtype=torch.bool, device=DEVICE)), ValueError, "key_padding_mask must have shape"),
     (dict(key_padding_mask=torch.zeros(1, 8, dtype=torch.bool, device="meta")), ValueError, "key_padding_mask is on"),
     (dict(key_padding_mask=[[False] * 8]), TypeError, "key_padding_mask must be a bool tensor"),
+    (dict(key_padding_mask=torch.zeros(1, 8, dtype=torch.bool, device=DEVICE).to_sparse()), TypeError,
+     "key_padding_mask must be a dense (strided) tensor"),
     (dict(dropout_p=1.0), ValueError, "dropout_p must be in [0, 1)"),
     (dict(dropout_p=-0.1), ValueError, "dropout_p must be in [0, 1)"),
     (dict(dropout_p="0.1"), TypeError, "dropout_p must be a float"),
     (dict(softmax_scale=0.0), ValueError, "softmax_scale must be a finite positive"),
     (dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be a finite positive"),
     (dict(causal=1), TypeError, "causal must be a bool"),
+    (dict(causal=q[0, 0, 0, 0].numpy() > 0), TypeError, "(numpy.bool"),  # not "must be a bool, got bool"
 ]
 
 
@@ -67,6 +77,7 @@ def test_bad_input(fn, change, error, message):
 LAYOUT_CASES = [
     (torch.ones(1, 1, device=DEVICE), 32, TypeError, "torch.bool"),
     ([[True]], 32, TypeError, "layout must be"),
+    (torch.ones(1, 1, dtype=torch.bool, device=DEVICE).to_sparse(), 32, TypeError, "dense (strided)"),
     (torch.ones(2, 1, dtype=torch.bool, device=DEVICE), 32, ValueError, "blocks"),
     (torch.ones(1, 1, 1, 1, dtype=torch.bool, device=DEVICE), 32, ValueError, "dims"),
     (torch.ones(3, 1, 1, dtype=torch.bool, device=DEVICE), 32, ValueError, "heads"),
@@ -91,3 +102,30 @@ def test_dropout_helper_validates():
         kernels.dropout_keep_mask(q, k, 1.5)
     with pytest.raises(TypeError, match="seed"):
         kernels.dropout_keep_mask(q, k, 0.5, seed=3)
+
+
+def test_sparse_tensor_block_sparse_layout_object():
+    with pytest.raises(TypeError, match=r"dense \(strided\)"):
+        BlockSparseLayout.from_dense(torch.ones(1, 1, dtype=torch.bool, device=DEVICE).to_sparse(), 32)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU tensors with compiled kernels: a machine without CUDA")
+def test_cpu_inputs_without_the_interpreter_get_one_clear_error():
+    """TRITON_INTERPRET=0 on a machine without CUDA: the kernels are compiled for the GPU and cannot take CPU
+    tensors; validation says so instead of Triton's "0 active drivers" RuntimeError at launch."""
+    code = ("import torch, kernels\n"
+            "q = torch.randn(1, 1, 8, 16)\n"
+            "for call in (lambda: kernels.flash_attention(q, q, q),\n"
+            "             lambda: kernels.block_sparse_flash_attention(q, q, q, torch.ones(1, 1, dtype=torch.bool),\n"
+            "                                                          block_size=16)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except ValueError as e:\n"
+            "        assert 'TRITON_INTERPRET=1' in str(e), e\n"
+            "    else:\n"
+            "        raise AssertionError('no error')\n"
+            "print('ok')\n")
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(root))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]

@@ -145,3 +145,17 @@ def test_no_grad_inference_and_default_scale():
         out = flash_attention(q, k, v)
     expected = torch.softmax((q.double() @ k.double().transpose(-1, -2)) / math.sqrt(64), dim=-1) @ v.double()
     assert rel_err(out, expected) < TOL[torch.float32]
+
+
+def test_double_backward_raises_instead_of_dropping_terms():
+    """The backward kernels are not differentiable: a gradient taken with create_graph=True must not be a
+    graph that silently misses the second-order terms (a gradient penalty would be wrong); it raises."""
+    from kernels import block_sparse_flash_attention
+
+    q, k, v = make_qkv(1, 1, 20, 20, 16, torch.float32)
+    for fn in (flash_attention,
+               lambda q, k, v: block_sparse_flash_attention(q, k, v, torch.ones(2, 2, dtype=torch.bool, device=DEVICE),
+                                                            block_size=16)):
+        (dv,) = torch.autograd.grad(fn(q, k, v).square().sum(), v, create_graph=True)
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            (dv.square().sum() + q.sum()).backward()

@@ -110,6 +110,35 @@ def test_non_contiguous_input_and_gradient():
     _check(x, torch.randn(24, device=DEVICE).requires_grad_(), None)
 
 
+def test_strided_and_expanded_weight_and_bias():
+    """The kernels read weight and bias as contiguous (D,) arrays: a strided view or an expanded (stride-0)
+    parameter must be read by its values, not past its storage, and its gradient flow back through the view."""
+    x = torch.randn(37, 24, device=DEVICE).requires_grad_()
+    w = (torch.randn(48, device=DEVICE) + 1)[::2].detach().requires_grad_()  # stride 2
+    assert not w.is_contiguous()
+    _check(x, w, torch.randn(72, device=DEVICE)[::3].detach().requires_grad_())  # bias: stride 3
+    w0, b0 = torch.randn(1, device=DEVICE).requires_grad_(), torch.randn(1, device=DEVICE).requires_grad_()
+    x = torch.randn(37, 24, device=DEVICE).requires_grad_()
+    y = layer_norm(x, w0.expand(24), b0.expand(24))
+    ref_in = [t.detach().double().requires_grad_() for t in (x, w0, b0)]
+    ref = F.layer_norm(ref_in[0], (24,), ref_in[1].expand(24), ref_in[2].expand(24))
+    assert _err(y, ref) < TOL[torch.float32]
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    y.backward(dy)
+    ref.backward(dy.double())
+    for name, t, r in zip(("dx", "dw", "db"), (x, w0, b0), ref_in):
+        assert _err(t.grad, r.grad) < TOL[torch.float32], (name, _err(t.grad, r.grad))
+
+
+def test_double_backward_raises_instead_of_dropping_terms():
+    """The backward kernels are not differentiable: create_graph=True must not give a gradient graph that
+    silently misses the second-order terms (F.layer_norm's has them)."""
+    x = torch.randn(4, 8, device=DEVICE).requires_grad_()
+    (g,) = torch.autograd.grad(layer_norm(x).pow(3).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.square().sum().backward()
+
+
 def test_sixteen_bit_input_with_float32_output_and_parameters():
     """What CUDA autocast gives: bf16 activations, float32 parameters, float32 output."""
     x, _, _ = _inputs(37, 64, torch.bfloat16)
@@ -160,6 +189,13 @@ def test_bad_input_raises_value_error():
         layer_norm(torch.randn(4, 0))
     with pytest.raises(ValueError, match="x must be a tensor"):
         layer_norm([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"x must be a dense \(strided\) tensor"):
+        layer_norm(x.to_sparse())
+    with pytest.raises(ValueError, match=r"bias must be a dense \(strided\) tensor"):
+        layer_norm(x, None, torch.ones(8).to_sparse())
+    for eps in (None, -1e-5, float("nan"), "1e-5", True):
+        with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+            layer_norm(x, eps=eps)
 
 
 # --- the module -------------------------------------------------------------------------------------
