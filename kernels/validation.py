@@ -10,6 +10,8 @@ from . import triton_attention
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 128
+# the dense forward, every backward pass and the dropout-mask kernel index (batch, head) by grid axis 1 or 2
+MAX_BATCH_HEADS = 65535
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +71,10 @@ def check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax
     if min(B, H, n_q, n_k) < 1:
         raise ValueError(f"empty input: batch, heads, N_q and N_k must all be >= 1, got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}")
+    if B * H > MAX_BATCH_HEADS:
+        raise ValueError(f"batch * heads = {B} * {H} = {B * H} exceeds {MAX_BATCH_HEADS}, the kernels' limit (CUDA's "
+                         f"launch grid holds at most 65,535 blocks along the axis that indexes (batch, head)); "
+                         f"split the batch into chunks of at most {max(1, MAX_BATCH_HEADS // H)}")
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim {d} is not supported: the kernels take 1 <= head_dim <= {MAX_HEAD_DIM}")
     if q.device.type not in ("cuda", "cpu"):

@@ -42,6 +42,9 @@ CASES = [
     (dict(k=_qkv(batch=2)[1], v=_qkv(batch=2)[2]), ValueError, "batch or heads"),
     (dict(k=_qkv(d=32)[1], v=_qkv(d=32)[2]), ValueError, "head_dim 16 but k/v have head_dim 32"),
     (dict(zip("qkv", _qkv(d=129))), ValueError, "head_dim 129 is not supported"),
+    # expanded (no memory): one (batch, head) more than CUDA's grid axis holds
+    (dict(zip("qkv", (t.expand(32768, 2, 8, 16) for t in _qkv(batch=1)))), ValueError,
+     "batch * heads = 32768 * 2 = 65536 exceeds 65535"),
     (dict(zip("qkv", _qkv(n_q=0))), ValueError, "empty input"),
     (dict(key_padding_mask=torch.zeros(1, 8, device=DEVICE)), TypeError, "key_padding_mask must have dtype torch.bool"),
     (dict(key_padding_mask=torch.zeros(8, dtype=torch.bool, device=DEVICE)), ValueError, "key_padding_mask must have shape"),
