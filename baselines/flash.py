@@ -157,8 +157,9 @@ class BlockSparseFlashAttention(nn.Module):
 
     The layout is built once, for the block count of `max_len`, and sliced to the block count of
     each call's N (its top-left corner). For `local` and `butterfly` that corner is the layout of
-    the shorter sequence; for `bigbird` and `longformer` the trailing global block of the max_len
-    layout is cut off for shorter sequences (LRA batches are padded to max_len, so N = max_len there).
+    the shorter sequence, and `longformer` keeps its leading global blocks; for `bigbird` the trailing
+    global blocks (the last floor(num_global / 2)) of the max_len layout are cut off for shorter
+    sequences (LRA batches are padded to max_len, so N = max_len there).
     N > max_len raises.
     """
 

@@ -83,7 +83,13 @@ def softmax_kernel_features(
             shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
         # c cancels in the attention ratio, so it carries no gradient (as in performer-pytorch).
         logits = logits - shift.detach()
-    phi = (torch.exp(logits - half_sq_norm) + eps) * (1.0 / math.sqrt(nb_features))
+    exponent = logits - half_sq_norm
+    if pad is not None:
+        # The shift bounds the exponent of *valid* keys only: a padded key can still overflow exp to
+        # inf, and although its phi is zeroed below, exp's backward (grad * exp(x) = 0 * inf) would put
+        # NaN into its gradient. Mask the exponent first: exp(-inf) = 0 with zero gradient.
+        exponent = exponent.masked_fill(pad, float("-inf"))
+    phi = (torch.exp(exponent) + eps) * (1.0 / math.sqrt(nb_features))
     if pad is not None:
         phi = phi.masked_fill(pad, 0.0)
     return phi

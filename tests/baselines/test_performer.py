@@ -179,3 +179,27 @@ def test_bad_configuration_rejected():
         PerformerAttention(16, kernel="softmax", feature_type="deterministic")
     with pytest.raises(ValueError, match="head_dim=16"):
         PerformerAttention(16)(*(t.float() for t in inputs(d=8)))
+
+
+def test_padded_keys_that_would_overflow_exp_leave_gradients_finite():
+    """The key stabiliser is the max over *valid* keys, so a padded key aligned with a long feature
+    row can push exp past float32's range (|w|^2 / 2 > 88 once head_dim is large); its phi is zeroed,
+    but the gradient must not be 0 * inf = NaN (it would reach the QKV projection's weights)."""
+    d = 256
+    attention = PerformerAttention(d, nb_features=16, seed=0)
+    w = attention.projection[attention.projection.norm(dim=1).argmax()]
+    assert 0.5 * w.norm() ** 2 > 100  # exp of this overflows float32
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 1, 4, d, generator=gen) * 0.1 for _ in range(3))
+    mask = torch.zeros(2, 4, dtype=torch.bool)
+    mask[0] = True  # fully padded row: shift 0
+    mask[1, 2:] = True  # ragged row: shift from the two small valid keys
+    k[0, 0, 1] = w * d**0.25  # x~ = w maximises w.x~ - |x~|^2 / 2
+    k[1, 0, 3] = w * d**0.25
+    q.requires_grad_(True)
+    k.requires_grad_(True)
+    out = attention(q, k, v, mask)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    out.square().sum().backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+    assert (k.grad[mask[:, None, :, None].expand_as(k)] == 0).all()  # padded keys get no gradient
