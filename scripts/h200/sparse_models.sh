@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issues #3, #8), prepared in session 8, run in session 9: the model-level step with the
+# Device call (issues #3, #8), prepared in session 8, not run yet (it needs two GPUs; none lent since): the model-level step with the
 # block-sparse loops pipelined (git 6a50bea: the list index carried one step ahead) and the
 # block-sparse host-time caching — flash_sparse (BigBird layout, the registry's default) against
 # flash and sdpa (cuDNN), the `paper` model, 1K / 4K / 16K.
