@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issues #3, #8), prepared in session 8, not run yet (it needs two GPUs; none lent since): the model-level step with the
+# Device call (issues #3, #8), prepared in session 8, not run yet (session 9 planned it beside another recipe on an x2 machine, which was not lent): the model-level step with the
 # block-sparse loops pipelined (git 6a50bea: the list index carried one step ahead) and the
 # block-sparse host-time caching — flash_sparse (BigBird layout, the registry's default) against
 # flash and sdpa (cuDNN), the `paper` model, 1K / 4K / 16K.
@@ -8,8 +8,8 @@
 # Run after scripts/h200/sparse_grid.sh (whose header has its call) has re-tuned the block-sparse
 # tiles, and with the tiles it chose committed.
 # Usage (device, kind nvidia-h200-x2): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=540 bash scripts/h200/sparse_models.sh
-# Session 9 ran it on GPU 1 of an x2 call beside pathfinder_augment_long.sh (LANES=dihedral) on GPU 0,
-# so on one GPU: the paper batch first, in LANE0_SHARE (default 50) percent of the time, then the small one:
+# Beside another recipe (as session 9 planned: pathfinder_augment_long.sh LANES=dihedral on GPU 0), it runs
+# on one GPU: the paper batch first, in LANE0_SHARE (default 50) percent of the time, then the small one:
 #   CUDA_VISIBLE_DEVICES=1 OUT=$OUT/sm PACK_BESIDE=0 LRA_GIT_REV=<rev> DEADLINE=560 bash scripts/h200/sparse_models.sh
 RECIPE=sparse_models
 source "$(dirname "$0")/lib.sh"
