@@ -45,11 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     interruptible()
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, KeyError) as err:
-        # Bad input at the public boundary: one clear message, no traceback.
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+            PermissionError, KeyError) as err:
+        # Bad input at the public boundary (paths included: --out naming a file where a folder goes,
+        # a folder without write permission): one clear message, no traceback.
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"lra {args.command}: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C (or $LRA_STOP_AT) is not a crash: the runs it stopped have recorded themselves and
+        # resume when the same command is run again. No traceback.
+        print(f"\nlra {args.command}: interrupted; run the same command again to continue", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -463,6 +463,30 @@ def resolve_attention_options(attention: str, options: dict) -> dict:
     return registry.resolve_options(attention, **options)
 
 
+# `train.precision`: auto (see lra.train.resolve_runtime) or a value Lightning's Trainer accepts.
+PRECISIONS = ("auto", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
+              "transformer-engine", "transformer-engine-float16", "32", "16", "bf16", "64")
+
+
+def check_devices(value) -> None:
+    """`train.devices` (`--devices`): auto, a count >= 1 (or -1, all), or GPU indices like 0,1."""
+    text = str(value).strip()
+    if text == "auto":
+        return
+    error = ValueError(f"train.devices: expected auto, a count or a list like 0,1; got {value!r}")
+    try:
+        if "," in text:
+            indices = [int(v) for v in text.split(",") if v.strip()]
+            if not indices or min(indices) < 0:
+                raise error
+            return
+        count = int(text)
+    except ValueError:
+        raise error from None
+    if count == 0 or count < -1:
+        raise ValueError(f"train.devices: a count must be >= 1 (or -1 for all devices), got {count}")
+
+
 def validate(config: RunConfig) -> None:
     """Value checks that need no task or attention (those are checked where they are built)."""
     m, o, d, t = config.model, config.optim, config.data, config.train
@@ -528,6 +552,17 @@ def validate(config: RunConfig) -> None:
         if o.min_lr_ratio != 0.0:
             raise ValueError(f"optim.min_lr_ratio={o.min_lr_ratio} does not apply to optim.schedule=onecycle "
                              "(its final lr is lr/25/1e4, as in torch's OneCycleLR); leave it at 0")
+    if t.precision not in PRECISIONS:
+        raise ValueError(f"train.precision: {t.precision!r} is not one of {', '.join(PRECISIONS)}")
+    check_devices(t.devices)
+    if t.strategy != "auto":
+        from pytorch_lightning.strategies import StrategyRegistry
+
+        known = ["auto", *StrategyRegistry.available_strategies()]
+        if t.strategy not in known:
+            close = difflib.get_close_matches(t.strategy, known, n=1)
+            raise ValueError(f"train.strategy: unknown Lightning strategy {t.strategy!r}"
+                             + (f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"))
     if t.strategy.split("_find_unused")[0] in ("ddp_spawn", "ddp_fork", "ddp_notebook"):
         raise ValueError(f"train.strategy={t.strategy!r}: spawned/forked workers train in child processes "
                          "whose checkpoints and statistics never reach the run record; use "

@@ -16,6 +16,9 @@ from typing import Any, Iterable
 SCHEMA_VERSION = 1
 RECORD_NAME = "result.json"
 STATUSES = ("completed", "failed", "oom", "running")
+# Record fields the tables and plots compute with: a number or null (docs/interfaces.md).
+NUMERIC_FIELDS = ("seq_len", "seed", "best_val_acc", "test_acc", "steps", "wall_time_s", "time_to_best_s",
+                  "step_time_ms", "train_samples_per_s", "train_tokens_per_s", "peak_mem_gb")
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -67,6 +70,11 @@ def read_record(path: str | Path) -> dict:
         raise ValueError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from err
     if not isinstance(record, dict) or "task" not in record or "attention" not in record:
         raise ValueError(f"{path}: not a run record (needs at least 'task' and 'attention')")
+    for key in NUMERIC_FIELDS:
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            # e.g. a hand-edited "test_acc": "0.37": the tables would drop the run without a word
+            raise ValueError(f"{path}: not a valid run record: {key!r} is {value!r}, expected a number or null")
     return record
 
 

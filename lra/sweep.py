@@ -22,6 +22,7 @@ import os
 import queue
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -35,6 +36,9 @@ from lra.config import RunConfig, RunLocation, resolve
 from lra.records import RECORD_NAME, read_record, write_record
 
 STATES = ("new", "resume", "retry", "done", "invalid", "skipped")
+# How the error of a run stopped by Ctrl-C or $LRA_STOP_AT begins (`lra.train._error_text`, and
+# `run_local` for a run interrupted before it could record itself): such runs are resumed.
+INTERRUPTED = "interrupted"
 
 
 @dataclass
@@ -95,6 +99,7 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
 
     _check_names(spec)
     plan = []
+    seen: set[Path] = set()
     for task, seq_len, attention, seed in expand_grid(spec):
         config = resolve(task, attention, preset=spec.preset, seed=seed, seq_len=seq_len,
                          overrides=spec.overrides, attention_options=spec.attention_options,
@@ -105,6 +110,11 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
             validate_run(config, resolve_runtime(config))
         except ValueError as err:
             state, reason = "invalid", str(err)
+        # A cell repeated on the command line (--seeds 0 0, or --seq-lens naming the preset's own
+        # length twice) is the same run folder: train it once, never twice at the same time.
+        if config.run_dir() in seen:
+            continue
+        seen.add(config.run_dir())
         if state != "invalid":
             state, reason = _classify(config.run_dir(), spec.skip_failed)
         plan.append(PlannedRun(task, attention, seq_len, seed, config, state, reason))
@@ -114,14 +124,21 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
 def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:
     record_path = run_dir / RECORD_NAME
     last = run_dir / "checkpoints" / "last.ckpt"
-    status = None
+    status = error = None
     if record_path.exists():
         try:
-            status = read_record(record_path).get("status")
+            record = read_record(record_path)
+            status, error = record.get("status"), record.get("error")
         except (OSError, ValueError) as err:
             return "retry", f"unreadable record ({err})"
     if status == "completed":
         return "done", "completed record exists"
+    if status == "failed" and str(error or "").startswith(INTERRUPTED):
+        # Stopped by Ctrl-C (an interrupted sweep) or $LRA_STOP_AT: not a failure of the run, so it
+        # continues even with --skip-failed.
+        if last.exists():
+            return "resume", "interrupted run, resuming from last.ckpt"
+        return "retry", "interrupted before its first checkpoint, starting again"
     if status in ("failed", "oom"):
         if skip_failed:
             return "skipped", f"previous run {status} (--skip-failed)"
@@ -245,6 +262,8 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
             tail = _log_tail(log_path)
             status = "failed"
             note = f"exit code {code} without a final record"
+            if code in (-signal.SIGINT, 130):  # Ctrl-C reached the run before it could record itself
+                note = f"{INTERRUPTED} ({note})"
             error = f"{note}; end of {log_path}:\n{tail}"
             if record is not None:  # keep what the run recorded before it died (curve, steps)
                 write_record(run.record_path, {**record, "status": "failed", "error": error})

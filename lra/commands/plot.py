@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lra.commands.table import add_filter_arguments, add_source_arguments, filtered_inputs
+from lra.commands.table import add_filter_arguments, add_source_arguments, check_baseline, filtered_inputs
 
 PLOTS = {
     "accuracy": "test accuracy vs training throughput per task, bubble = peak memory (run records)",
@@ -43,7 +43,10 @@ def run(args) -> int:
     unknown = [p for p in wanted if p not in PLOTS]
     if unknown:
         raise ValueError(f"unknown plot {unknown[0]!r}: choose from {', '.join(PLOTS)}")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out}: is a file; the figures go into a folder")
     records, bench = filtered_inputs(args)
+    check_baseline(args.baseline, records, bench)
     kernels = plot.load_kernels(args.kernels)
     if not kernels.empty:
         from lra.table import parse_seq_len

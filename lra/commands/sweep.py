@@ -27,12 +27,12 @@ def add_parser(sub) -> None:
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", required=True, metavar="TASK")
     parser.add_argument("--attentions", nargs="+", required=True, metavar="ATTENTION")
-    parser.add_argument("--seq-lens", nargs="+", type=int, default=None, metavar="N",
+    parser.add_argument("--seq-lens", nargs="+", default=None, metavar="N",
                         help="sequence lengths (default: each preset's)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED")
+    parser.add_argument("--seeds", nargs="+", default=[0], metavar="SEED")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     parser.add_argument("--skip-failed", action="store_true",
-                        help="do not retry runs whose record says failed or oom")
+                        help="do not retry runs whose record says failed or oom (interrupted runs still resume)")
     parser.add_argument("--parallel", type=int, default=1, metavar="K",
                         help="local launcher: K runs at once, each pinned to its own GPU")
     parser.add_argument("--gpus", default=None,
@@ -70,10 +70,35 @@ def _gpu_list(args) -> list[str] | None:
     return None  # CPU: nothing to pin
 
 
+def _split_overrides(args: argparse.Namespace) -> None:
+    """`--attentions flash softmax model.dim=64`: the list options take every word up to the next
+    option, so KEY=VALUE overrides written after them (as after `lra train`'s options) land in those
+    lists; move them to the overrides, and type the numeric lists."""
+    moved = []
+    for name in ("tasks", "attentions", "seq_lens", "seeds"):
+        values = getattr(args, name)
+        if values is None:
+            continue
+        moved += [v for v in values if "=" in str(v)]
+        values = [v for v in values if "=" not in str(v)]
+        flag = "--" + name.replace("_", "-")
+        if not values:
+            raise ValueError(f"{flag}: expected at least one value before the KEY=VALUE overrides")
+        if name in ("seq_lens", "seeds"):
+            try:
+                values = [int(v) for v in values]
+            except ValueError:
+                bad = next(v for v in values if not str(v).lstrip("-").isdigit())
+                raise ValueError(f"{flag}: expected integers, got {bad!r}") from None
+        setattr(args, name, values)
+    args.overrides = [*moved, *args.overrides]
+
+
 def run(args: argparse.Namespace) -> int:
     from lra.sweep import (SlurmOptions, SweepSpec, describe_outcome, format_plan, plan_sweep,
                            record_invalid, run_local, run_slurm)
 
+    _split_overrides(args)
     spec = SweepSpec(tasks=args.tasks, attentions=args.attentions,
                      seq_lens=args.seq_lens or [None], seeds=args.seeds, preset=args.preset,
                      overrides=list(args.overrides), attention_options=attention_options_from_args(args),

@@ -73,6 +73,19 @@ def filtered_inputs(args):
     return records, bench
 
 
+def check_baseline(baseline: str, records, bench) -> None:
+    """`--baseline`: a registered attention or one the records / benchmark CSVs hold; a typo would
+    otherwise leave every speedup empty without a word."""
+    from lra import attention
+
+    known = set(attention.available())
+    for frame in (records, bench):
+        if not frame.empty and "attention" in frame.columns:
+            known |= {str(a) for a in frame["attention"].dropna().unique()}
+    if baseline not in known:
+        raise ValueError(f"--baseline {baseline!r}: no such attention; available: {', '.join(sorted(known))}")
+
+
 def run(args) -> int:
     from lra import published as pub
     from lra import table
@@ -83,7 +96,10 @@ def run(args) -> int:
         raise ValueError(f"unknown table {unknown[0]!r}: choose from {', '.join(TABLES)}")
     for seq_len in args.seq_len or []:
         table.parse_seq_len(seq_len)
+    if args.out is not None and args.out.is_dir():
+        raise ValueError(f"--out {args.out}: is a folder; give a file name, e.g. {args.out / 'table.md'}")
     records, bench = filtered_inputs(args)
+    check_baseline(args.baseline, records, bench)
     if records.empty and bench.empty:
         where = ", ".join(str(r) for r in (args.runs or [Path("runs")]))
         print(f"lra table: nothing to tabulate: no run records under {where}"

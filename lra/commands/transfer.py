@@ -111,10 +111,20 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--until {args.until!r}: no such stage in this chain; stages: {', '.join(names)}")
         stages = stages[:names.index(args.until) + 1]
     sizes = _pairs(args.train_examples, "--train-examples", int)
+    chain_tasks = list(dict.fromkeys(s.task for s in [*recipe.stages, *([recipe.scratch] if recipe.scratch else [])]))
+    for task, n in sizes.items():
+        if task not in chain_tasks:
+            raise ValueError(f"--train-examples: no stage of this recipe trains on {task!r}; its tasks: "
+                             f"{', '.join(chain_tasks)}")
+        if n < 1:
+            raise ValueError(f"--train-examples {task}={n}: the training split needs at least 1 example")
     step_ms = _pairs(args.step_ms, "--step-ms", float)
     unknown = sorted(set(step_ms) - set(recipe.stage_names()))
     if unknown:
         raise ValueError(f"--step-ms: no stage {unknown[0]!r}; stages: {', '.join(recipe.stage_names())}")
+    for stage_name, ms in step_ms.items():
+        if not ms > 0:
+            raise ValueError(f"--step-ms {stage_name}={ms:g}: a step time must be > 0 ms")
     title = (f"lra transfer --target {recipe.target}: recipe {recipe.name!r} ({recipe.source})"
              + (", from-scratch baseline" if args.from_scratch else ""))
 

@@ -27,10 +27,18 @@ BASE = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smo
      "attention 'bigbird' needs at least 113 tokens"),
     ([*BASE, "--seq-len", "0"], "data.seq_len must be > 0"),
     ([*BASE, "--devices", "two"], "train.devices: expected auto, a count or a list"),
+    # These three were accepted, then failed inside the run: a traceback and a `failed` record.
+    ([*BASE, "--devices", "0"], "train.devices: a count must be >= 1"),
+    ([*BASE, "--strategy", "dpp"], "train.strategy: unknown Lightning strategy 'dpp'; did you mean 'ddp'?"),
+    ([*BASE, "train.precision=bf61-mixed"], "train.precision: 'bf61-mixed' is not one of auto"),
     (["sweep", "--tasks", "listops", "--attentions", "softmax", "flashy", "--preset", "smoke"],
      "unknown attention(s) ['flashy']"),
     (["sweep", "--tasks", "listops", "--attentions", "softmax", "--preset", "smoke", "--parallel", "0"],
      "--parallel must be >= 1"),
+    (["sweep", "--tasks", "listops", "--attentions", "softmax", "--preset", "smoke", "--seeds", "zero"],
+     "--seeds: expected integers, got 'zero'"),
+    (["sweep", "--tasks", "listops", "--attentions", "softmax", "--preset", "smoke", "--strategy", "bogus"],
+     "train.strategy: unknown Lightning strategy 'bogus'"),
 ])
 def test_bad_input_is_one_clear_message_and_exit_2(argv, message, tmp_path, capsys):
     code = main([*argv, "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data")])
@@ -79,3 +87,22 @@ def test_info_reports_versions_device_and_attentions(capsys):
 
     assert info["kernel_settings"] == ops.kernel_settings()
     assert f"torch.compile sees them as {ops.COMPILE_OP} ops" in out and f"dropout backward {ops.DROPOUT_BWD}" in out
+
+
+def test_output_paths_that_cannot_be_written_are_one_line(tmp_path, capsys):
+    # `lra table --out FILE/x.md` (a file where a folder goes) ended in a FileExistsError traceback.
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    empty = tmp_path / "runs"
+    empty.mkdir()
+    from lra.records import write_record
+
+    write_record(empty / "listops" / "softmax" / "r" / "result.json",
+                 {"task": "listops", "attention": "softmax", "status": "completed", "seq_len": 64, "seed": 0,
+                  "test_acc": 0.3, "best_val_acc": 0.3})
+    assert main(["table", "--runs", str(empty), "--out", str(blocker / "t.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lra table: error:") and "afile" in err and "Traceback" not in err
+    assert main(["plot", "--runs", str(empty), "--out", str(blocker), "accuracy"]) == 2
+    err = capsys.readouterr().err
+    assert "lra plot: error: --out" in err and "is a file" in err

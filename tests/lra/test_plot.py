@@ -135,6 +135,9 @@ def test_bad_inputs(tmp_path):
         run_cli("kernels", "--kernels", bench, "--out", tmp_path)
     with pytest.raises(ValueError, match="unknown plot 'pie'"):
         run_cli("pie", "--out", tmp_path)
+    with pytest.raises(ValueError, match="--baseline 'transformer': no such attention"):
+        run_cli("efficiency", "--bench", bench, "--out", tmp_path / "figs", "--baseline", "transformer")
+    assert not (tmp_path / "figs").exists()
 
 
 def test_training_accuracy_curves_from_the_runs_metrics(tmp_path):

@@ -79,21 +79,31 @@ def test_local_sweep_skips_done_records_failures_and_resumes(tmp_path, capsys):
     assert [(p.state, p.reason) for p in plan] == [("resume", "interrupted run, resuming from last.ckpt")]
 
 
+# A valid setting that fails inside the run here: Lightning's Transformer Engine precision without
+# the package (a misspelt strategy or precision is refused before anything runs).
+RUNTIME_FAILURE = "train.precision=transformer-engine"
+
+
 def test_runtime_failure_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
+    try:
+        import transformer_engine  # noqa: F401
+        pytest.skip("transformer_engine is installed: the precision would not fail")
+    except ImportError:
+        pass
     runs = tmp_path / "runs"
     code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "performer",
                  "--seq-lens", "64", "--runs-dir", str(runs), "--data-dir", str(tmp_path / "data"), *FAST,
-                 "train.strategy=no_such_strategy"])
+                 RUNTIME_FAILURE])
     out = capsys.readouterr().out
     assert code == 1
     recs = records(runs)
-    assert len(recs) == 2 and all(r["status"] == "failed" and "no_such_strategy" in r["error"]
+    assert len(recs) == 2 and all(r["status"] == "failed" and "transformer_engine" in r["error"]
                                   for r in recs.values())
     assert "0 completed, 2 failed" in out
     # With --skip-failed a rerun leaves them alone.
     main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "performer",
           "--seq-lens", "64", "--runs-dir", str(runs), "--data-dir", str(tmp_path / "data"), *FAST,
-          "train.strategy=no_such_strategy", "--skip-failed", "--dry-run"])
+          RUNTIME_FAILURE, "--skip-failed", "--dry-run"])
     assert "2 skipped" in capsys.readouterr().out
 
 
@@ -166,3 +176,76 @@ def test_slurm_writes_sbatch_scripts_when_sbatch_is_missing(tmp_path, monkeypatc
     srun = [line for line in text.splitlines() if line.startswith("srun ")][0]
     assert "-m lra train" in srun and "--devices 4 --num-nodes 2" in srun and "--resume" in srun
     assert "train.max_steps=4" in srun
+
+
+def test_repeated_cells_are_planned_and_trained_once(tmp_path):
+    # `--seeds 0 0` (or a length given twice) planned the same run folder twice: two trainings of
+    # one run, side by side with --parallel.
+    spec = _spec(tmp_path, attentions=["softmax", "softmax"])
+    spec.seeds = [0, 0, 1]
+    plan = plan_sweep(spec)
+    assert [(p.attention, p.seed) for p in plan] == [("softmax", 0), ("softmax", 1)]
+    assert len({p.run_dir for p in plan}) == 2
+
+
+def test_overrides_after_the_list_options_are_overrides(tmp_path, capsys):
+    # `--attentions softmax model.dim=32` took the override for an attention name ("unknown
+    # attention(s) ['model.dim=32']"), and after --seeds for a seed.
+    runs = tmp_path / "runs"
+    base = ["sweep", "--preset", "smoke", "--tasks", "listops", "--dry-run", "--runs-dir", str(runs),
+            "--data-dir", str(tmp_path / "data"), "--seq-lens", "64"]
+    assert main([*base, "--attentions", "softmax", "model.dim=32", "--seeds", "0", "1", "train.max_steps=7"]) == 0
+    late = capsys.readouterr().out
+    assert main([*base, "--attentions", "softmax", "--seeds", "0", "1", "model.dim=32", "train.max_steps=7"]) == 0
+    assert capsys.readouterr().out == late and "2 runs — 2 new" in late
+    spec = _spec(tmp_path, attentions=["softmax"])
+    spec.overrides = ["model.dim=32", "train.max_steps=7"]
+    spec.seq_lens, spec.runs_dir = [64], str(runs)
+    assert plan_sweep(spec)[0].label in late
+
+
+def _interrupted(run_dir: Path, config, *, checkpoint: bool) -> None:
+    from lra.train import _error_text, write_status_record
+
+    write_status_record(config, "failed", _error_text(KeyboardInterrupt()))
+    if checkpoint:
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
+
+
+def test_an_interrupted_run_resumes_even_with_skip_failed(tmp_path):
+    # Ctrl-C on a sweep records the run it stopped as failed / "interrupted"; --skip-failed then
+    # skipped it for good, although interrupted runs are documented to resume from last.ckpt.
+    spec = _spec(tmp_path, attentions=["softmax", "performer", "linformer"])
+    spec.skip_failed = True
+    first = plan_sweep(spec)
+    _interrupted(first[0].run_dir, first[0].config, checkpoint=True)
+    _interrupted(first[1].run_dir, first[1].config, checkpoint=False)
+    from lra.train import write_status_record
+
+    write_status_record(first[2].config, "failed", "RuntimeError: boom")  # a real failure stays skipped
+    states = [(p.state, p.reason) for p in plan_sweep(spec)]
+    assert states == [("resume", "interrupted run, resuming from last.ckpt"),
+                      ("retry", "interrupted before its first checkpoint, starting again"),
+                      ("skipped", "previous run failed (--skip-failed)")]
+
+
+def test_a_run_stopped_before_it_recorded_itself_counts_as_interrupted(tmp_path):
+    spec = _spec(tmp_path, attentions=["softmax"])
+    plan = plan_sweep(spec)
+    outcomes = run_local(plan, spec, runner=lambda argv, env, log: 130)  # `lra train` on Ctrl-C
+    assert outcomes[0].record["error"].startswith("interrupted (exit code 130 without a final record")
+    spec.skip_failed = True
+    assert plan_sweep(spec)[0].state == "retry"
+
+
+def test_ctrl_c_on_a_sweep_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lra.sweep.run_local", interrupted)
+    code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "--seq-lens", "64",
+                 "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), *FAST])
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err
+    assert err.strip() == "lra sweep: interrupted; run the same command again to continue"

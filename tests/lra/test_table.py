@@ -289,8 +289,30 @@ def test_bad_input_is_one_clear_error(tmp_path, runs, capsys):
     assert "nothing to tabulate" in capsys.readouterr().err
 
 
+def test_out_folder_and_unknown_baseline_are_clear_errors(tmp_path, runs, capsys):
+    # --out naming a folder was an IsADirectoryError traceback from os.replace.
+    with pytest.raises(ValueError, match="--out .*: is a folder; give a file name"):
+        run_cli("--runs", runs, "--out", tmp_path)
+    assert not list(tmp_path.glob(".*.tmp"))
+    # A misspelt --baseline left every speedup empty ("–") without a word.
+    with pytest.raises(ValueError, match="--baseline 'Softmax': no such attention; available: .*softmax"):
+        run_cli("--runs", runs, "--baseline", "Softmax")
+    assert run_cli("efficiency", "--runs", runs, "--baseline", "flash") == 0  # a real one still works
+    assert "vs flash" in capsys.readouterr().out
+
+
 def test_formatting_helpers():
     assert table.format_seq_len(16384) == "16K" and table.format_seq_len(1000) == "1000"
     assert table.format_rate(1_234_567) == "1.23M" and table.format_rate(45_600) == "45.6k"
     assert table.format_duration(3725) == "1h02m" and table.format_duration(200) == "3m20s"
     assert table.latex_escape("a_b ± 1%") == r"a\_b $\pm$ 1\%"
+
+
+def test_a_record_with_a_non_numeric_result_is_reported_and_skipped(runs, capsys):
+    # A hand-edited "test_acc": "0.37" (valid JSON) made the run vanish from the tables without a word.
+    record(runs, "listops", "linformer", 0, acc=0.5, test_acc="0.37")
+    assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
+    out, err = capsys.readouterr()
+    assert "skipping corrupt run record" in err and "listops/linformer/paper-n1024-s0/result.json" in err
+    assert "'test_acc' is '0.37', expected a number or null" in err
+    assert "linformer" not in set(pd.read_csv(io.StringIO(out))["attention"])

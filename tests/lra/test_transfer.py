@@ -491,6 +491,14 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
     assert "no stage 'bogus'" in capsys.readouterr().err
     assert main(["transfer", "--target", "pathx", "--runs", runs, "--estimate-cost", "--step-ms", "nope=3"]) == 2
     capsys.readouterr()
+    # Sizes that cannot be a training split, or name a task the recipe never trains on, were taken
+    # silently (a negative size planned "x 1 = 200 steps"; a misspelt task was ignored).
+    for bad, message in ((["--train-examples", "pathfinder64=-5"], "pathfinder64=-5: the training split needs"),
+                         (["--train-examples", "pathfinder46=1000"], "no stage of this recipe trains on 'pathfinder46'"),
+                         (["--step-ms", "pretrain=0"], "--step-ms pretrain=0: a step time must be > 0")):
+        assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", *bad]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
 
     sizes = ["--train-examples", "pathfinder64=160000", "--train-examples", "pathx=160000"]
     assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", *sizes]) == 0
