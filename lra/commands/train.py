@@ -110,6 +110,9 @@ def check_names(task: str, attention: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from lra.train import RunFailed, is_global_zero, train
 
+    if args.resume and args.force:
+        raise ValueError("--resume and --force contradict each other: --resume continues the run from its "
+                         "last.ckpt, --force trains it again from the start; pass one")
     config = config_from_args(args, task=args.task, attention=args.attention, seed=args.seed,
                               seq_len=args.seq_len)
     if args.init_from:

@@ -39,6 +39,8 @@ BASE = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smo
      "--seeds: expected integers, got 'zero'"),
     (["sweep", "--tasks", "listops", "--attentions", "softmax", "--preset", "smoke", "--strategy", "bogus"],
      "train.strategy: unknown Lightning strategy 'bogus'"),
+    (["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--resume", "--force"],
+     "--resume and --force contradict each other"),
 ])
 def test_bad_input_is_one_clear_message_and_exit_2(argv, message, tmp_path, capsys):
     code = main([*argv, "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data")])
