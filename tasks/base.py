@@ -30,6 +30,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .eval_sampler import EvalShardSampler
 from .registry import check_augment
 from .resumable_loader import EpochPermutationSampler, ResumableDataLoader
 
@@ -285,7 +286,12 @@ class LraDataModule(pl.LightningDataModule):
         return int(trainer.world_size), int(trainer.global_rank)
 
     def _loader(self, split: str) -> DataLoader:
-        return DataLoader(self.dataset(split), batch_size=self.batch_size, shuffle=False,
+        """An evaluation loader in the split's order; under DDP each rank reads a disjoint, unpadded
+        shard (`EvalShardSampler`), so the synced accuracy counts every example exactly once."""
+        world, rank = self._shard()
+        dataset = self.dataset(split)
+        sampler = EvalShardSampler(dataset, num_replicas=world, rank=rank) if world > 1 else None
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=False, sampler=sampler,
                           num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
                           persistent_workers=self.num_workers > 0, drop_last=False)
 
