@@ -207,6 +207,23 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def latest_progress(log_path: Path) -> str | None:
+    """The last validation line (`step S/T  val_acc ...`, lra.callbacks.TrainingStats) that a run
+    has written to its train.log, or None before its first validation."""
+    try:
+        with open(log_path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 16384))
+            tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        line = line.strip()
+        if line.startswith("step ") and "val_acc" in line:
+            return line
+    return None
+
+
 def _default_runner(argv: list[str], env: dict, log_path: Path) -> int:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"\n$ {shlex.join(argv)}\n")
@@ -217,8 +234,10 @@ def _default_runner(argv: list[str], env: dict, log_path: Path) -> int:
 
 def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpus: list[str] | None = None,
               runner: Callable[[list[str], dict, Path], int] | None = None,
+              on_start: Callable[[PlannedRun, Path, str | None], None] | None = None,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Run the `new`/`resume`/`retry` cells, `parallel` at a time, each on its own GPU slot."""
+    """Run the `new`/`resume`/`retry` cells, `parallel` at a time, each on its own GPU slot.
+    `on_start(run, log path, gpu)` is called as a run starts, `on_done(outcome)` as it ends."""
     from lra.train import write_status_record
 
     todo = [r for r in plan if r.state in ("new", "resume", "retry")]
@@ -245,6 +264,9 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
                 env.setdefault("OMP_NUM_THREADS", str(cpu_threads))
             run.run_dir.mkdir(parents=True, exist_ok=True)
             log_path = run.run_dir / "train.log"
+            if on_start:
+                with lock:
+                    on_start(run, log_path, gpu)
             start = time.perf_counter()
             code = runner(train_argv(run, spec), env, log_path)
             seconds = time.perf_counter() - start

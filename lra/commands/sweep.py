@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 
 from lra.commands.train import add_run_arguments, attention_options_from_args
@@ -37,6 +38,9 @@ def add_parser(sub) -> None:
                         help="local launcher: K runs at once, each pinned to its own GPU")
     parser.add_argument("--gpus", default=None,
                         help="GPU indices for --parallel, e.g. 0,1,2,3 (default: all visible GPUs)")
+    parser.add_argument("--heartbeat", type=float, default=60.0, metavar="SECONDS",
+                        help="local launcher without a terminal: every SECONDS, one line per running run "
+                             "with its latest validation (step, val_acc) from its train.log (default 60; 0: off)")
     parser.add_argument("--launcher", choices=("local", "slurm"), default="local")
     slurm = parser.add_argument_group("SLURM (--launcher slurm)")
     slurm.add_argument("--slurm-backend", choices=("auto", "submitit", "sbatch"), default="auto",
@@ -107,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
                      skip_failed=args.skip_failed)
     if args.parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
+    if not args.heartbeat >= 0:
+        raise ValueError(f"--heartbeat must be >= 0 seconds (0: off), got {args.heartbeat}")
     plan = plan_sweep(spec)
     print(format_plan(plan), flush=True)
     if args.dry_run:
@@ -127,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     if gpus is not None and args.parallel > len(gpus):
         raise ValueError(f"--parallel {args.parallel} needs {args.parallel} GPUs; visible: {','.join(gpus)}")
     start = time.perf_counter()
-    outcomes = _run_with_progress(plan, spec, pending, args.parallel, gpus, run_local, describe_outcome)
+    outcomes = _run_with_progress(plan, spec, pending, args.parallel, gpus, run_local, describe_outcome,
+                                  heartbeat_s=args.heartbeat)
     invalid = sum(r.state == "invalid" for r in plan)
     done = sum(r.state == "done" for r in plan)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("completed", "failed", "oom")}
@@ -138,18 +145,83 @@ def run(args: argparse.Namespace) -> int:
     return 0 if counts["failed"] + counts["oom"] + invalid == 0 else 1
 
 
-def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_outcome):
+class _Running:
+    """The runs in flight (label, train.log, start time) and what each last reported."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.runs: dict = {}   # label -> (log path, gpu, start time)
+
+    def start(self, run, log_path, gpu) -> None:
+        with self.lock:
+            self.runs[run.label] = (run, log_path, gpu, time.perf_counter())
+
+    def stop(self, run) -> None:
+        with self.lock:
+            self.runs.pop(run.label, None)
+
+    def lines(self, short: bool = False) -> list[str]:
+        """One line per running run; `short` (for the progress bar's width): task/attention/seed and
+        the step and val_acc only."""
+        from lra.sweep import latest_progress
+
+        with self.lock:
+            items = list(self.runs.items())
+        now = time.perf_counter()
+        out = []
+        for label, (run, log_path, gpu, started) in items:
+            latest = latest_progress(log_path)
+            if short:
+                name = f"{run.task}/{run.attention}/s{run.seed}"
+                out.append(f"{name} {' '.join(latest.split()[:4]) if latest else 'starting'}")
+                continue
+            where = f" gpu {gpu}" if gpu is not None else ""
+            out.append(f"{label}{where}  {now - started:.0f}s  {latest or f'no validation yet (log: {log_path})'}")
+        return out
+
+
+def _every(seconds: float, action, stop: threading.Event) -> threading.Thread:
+    def loop():
+        while not stop.wait(seconds):
+            action()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_outcome, heartbeat_s=60.0):
+    """Run the pending cells, reporting as they start, while they train and as they end: plain lines
+    without a terminal (a `[running]` heartbeat every `heartbeat_s` seconds with each run's latest
+    validation from its train.log), a rich progress bar with the running runs' latest validation in a
+    terminal."""
     if not pending:
         return []
+    running = _Running()
+    stop = threading.Event()
     interactive = sys.stdout.isatty()
     if not interactive:
         finished = [0]
 
+        def on_start(run, log_path, gpu):
+            running.start(run, log_path, gpu)
+            print(f"[start] {run.label}  (log: {log_path})", flush=True)
+
         def on_done(outcome):
+            running.stop(outcome.run)
             finished[0] += 1
             print(f"[{finished[0]}/{len(pending)}] {describe_outcome(outcome)}", flush=True)
 
-        return run_local(plan, spec, parallel=parallel, gpus=gpus, on_done=on_done)
+        def heartbeat():
+            for line in running.lines():
+                print(f"[running] {line}", flush=True)
+
+        if heartbeat_s > 0:
+            _every(heartbeat_s, heartbeat, stop)
+        try:
+            return run_local(plan, spec, parallel=parallel, gpus=gpus, on_start=on_start, on_done=on_done)
+        finally:
+            stop.set()
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -157,8 +229,21 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
                   TextColumn("{task.description}")) as progress:
         bar = progress.add_task("", total=len(pending))
 
-        def on_done(outcome):
-            progress.console.print(describe_outcome(outcome))
-            progress.update(bar, advance=1, description=outcome.run.label)
+        def show_running():
+            progress.update(bar, description=" | ".join(running.lines(short=True)))
 
-        return run_local(plan, spec, parallel=parallel, gpus=gpus, on_done=on_done)
+        def on_start(run, log_path, gpu):
+            running.start(run, log_path, gpu)
+            show_running()
+
+        def on_done(outcome):
+            running.stop(outcome.run)
+            progress.console.print(describe_outcome(outcome))
+            progress.update(bar, advance=1)
+            show_running()
+
+        _every(2.0, show_running, stop)
+        try:
+            return run_local(plan, spec, parallel=parallel, gpus=gpus, on_start=on_start, on_done=on_done)
+        finally:
+            stop.set()

@@ -249,3 +249,33 @@ def test_ctrl_c_on_a_sweep_is_one_line_not_a_traceback(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert code == 130 and "Traceback" not in err
     assert err.strip() == "lra sweep: interrupted; run the same command again to continue"
+
+
+def test_a_sweep_without_a_terminal_reports_runs_as_they_start_and_train(tmp_path, monkeypatch, capsys):
+    """Without a terminal: a [start] line per run and, every --heartbeat seconds, a [running] line with
+    the run's latest validation line from its train.log."""
+    def slow_run(argv, env, log_path):
+        with open(log_path, "a") as log:
+            log.write("training listops/softmax ...\nstep 2/4  val_acc 0.2500  best 0.2500 (step 2)  0.1s\n")
+        time.sleep(0.6)
+        return 1
+
+    monkeypatch.setattr("lra.sweep._default_runner", slow_run)
+    main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "--seq-lens", "64",
+          "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), "--heartbeat", "0.1", *FAST])
+    out = capsys.readouterr().out
+    assert "[start] listops/softmax" in out and "train.log" in out
+    running = [line for line in out.splitlines() if line.startswith("[running]")]
+    assert running and "step 2/4  val_acc 0.2500" in running[-1]
+    assert out.index("[start]") < out.index("[running]") < out.index("[1/1]")
+
+
+def test_latest_progress_reads_the_last_validation_line(tmp_path):
+    from lra.sweep import latest_progress
+
+    log = tmp_path / "train.log"
+    assert latest_progress(log) is None                                      # no log yet
+    log.write_text("training ...\n")
+    assert latest_progress(log) is None                                      # no validation yet
+    log.write_text("step 2/9  val_acc 0.1\nnoise\n" + "x" * 20000 + "\nstep 4/9  val_acc 0.3  best 0.3\nEpoch 1\n")
+    assert latest_progress(log) == "step 4/9  val_acc 0.3  best 0.3"
