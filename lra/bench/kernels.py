@@ -19,7 +19,8 @@ Per cell and pass (``fwd`` under no_grad, ``bwd`` = backward of a retained graph
 time is the median of ``triton.testing.do_bench`` (warm-up first, so compilation is excluded; it
 flushes the L2 between repetitions), on fresh random normal inputs per shape. TFLOP/s counts
 4 * B * H * N^2 * d for the forward (halved for causal), x2.5 for the backward, x3.5 for
-forward + backward; block-sparse rows count the FLOPs of the computed blocks (x density); approximate
+forward + backward; block-sparse rows count the FLOPs of the computed blocks (x density; with causal
+masking the layout's blocks below the diagonal, those on it half: sparse_flop_density); approximate
 baselines get no TFLOP/s. ``extra_mem_gb`` is the peak allocation of one more run above what was
 allocated before it (inputs, and for ``bwd`` the retained graph, excluded). Out-of-memory cells are
 ``oom`` (longer N of that implementation are then not tried), cells a back-end refuses are
@@ -123,7 +124,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds; start no new cell after this (what was measured is kept)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the rows of an existing <out>/<name>.csv and measure only the missing cells")
+                        help="keep the rows of an existing <out>/<name>.csv and measure only the missing cells "
+                             "(and those that failed with an error); a file measured with other settings (dtype, "
+                             "causal, dropout, --tokens, --hidden, block size, GPU, tiles) is refused")
     parser.add_argument("--merge", nargs="+", default=None, metavar="CSV",
                         help="measure nothing: merge these benchmark CSVs (later files win on the same cell) into "
                              "<out>/<name>.csv/.md/.meta.json, keeping each part's provenance; needs no GPU")
@@ -258,6 +261,59 @@ def _measure(forward, shape, pass_name: str, dtype, warmup: float, rep: float, s
     return float(ms), float(extra)
 
 
+# What a cell measures besides its key: a row measured under other values of these is a different
+# measurement, so --resume refuses to continue a file made with other ones and --merge to join such parts
+# (the rows carry dtype but not causal, dropout, B*N, ...). ``settings`` keys, then top-level meta keys.
+RUN_SETTINGS = ("tokens", "hidden", "dtype", "causal", "dropout", "block_size", "flex_dynamic")
+RUN_META = ("device", "kernel_env", "tiles", "sparse_tiles")
+# statuses a resumed run keeps; an ``error`` cell is measured again (as `lra bench models --resume` does)
+DONE_STATUSES = ("ok", "oom", "unsupported")
+
+
+def _canonical(value):
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def setting_mismatches(old: dict, new: dict) -> list[str]:
+    """The RUN_SETTINGS / RUN_META that two provenance dicts both record with different values."""
+    out = []
+    for key, a, b in ([(k, (old.get("settings") or {}).get(k), (new.get("settings") or {}).get(k)) for k in RUN_SETTINGS]
+                      + [(k, old.get(k), new.get(k)) for k in RUN_META]):
+        if a is not None and b is not None and _canonical(a) != _canonical(b):
+            out.append(f"{key}: {_canonical(a)!r} vs {_canonical(b)!r}")
+    return out
+
+
+def oom_lengths(rows: list[dict]) -> dict[tuple, int]:
+    """(impl, pass, d, pattern) -> the shortest N recorded as out of memory (so that a resumed run does
+    not try longer lengths of it again)."""
+    out: dict[tuple, int] = {}
+    for r in rows:
+        if r["status"] == "oom":
+            key = (r["impl"], r["pass"], int(r["head_dim"]), r["pattern"])
+            out[key] = min(int(r["seq_len"]), out.get(key, int(r["seq_len"])))
+    return out
+
+
+def sparse_flop_density(layout, causal: bool) -> float:
+    """The fraction of ``_flops(..., causal)`` (the dense count) that a block-sparse kernel with this
+    (n_blocks, n_blocks) or (H, n_blocks, n_blocks) layout computes: the block density without causal
+    masking; with it, the layout's blocks below the diagonal count fully and those on it half, against
+    the causal dense count (nb^2 / 2 blocks). Equal to the density only for symmetric layouts (BigBird's
+    random blocks are not)."""
+    import torch
+
+    dense = layout.to(torch.float64)
+    n_q, n_k = dense.shape[-2:]
+    if not causal:
+        return float(dense.mean())
+    if n_q != n_k:
+        raise ValueError(f"causal block-sparse FLOPs need a square layout, got {tuple(dense.shape)}")
+    below = torch.tril(dense, -1).sum(dim=(-2, -1))
+    diagonal = torch.diagonal(dense, dim1=-2, dim2=-1).sum(dim=-1)
+    return float(((2 * below + diagonal) / (n_q * n_k)).mean())
+
+
 def _rows(df: pd.DataFrame) -> list[dict]:
     """Rows of a benchmark CSV as the dicts Report keeps (missing values as None)."""
     return [{c: (None if isinstance(r[c], float) and math.isnan(r[c]) else r[c]) for c in COLUMNS}
@@ -278,17 +334,27 @@ class Report:
             missing = set(COLUMNS) - set(old.columns)
             if missing:
                 raise ValueError(f"{self.csv} lacks columns {sorted(missing)}: not a `lra bench kernels` CSV")
-            self.rows = _rows(old)
+            rows = _rows(old)
             earlier = []
             if self.meta_path.exists():
                 try:
                     previous = json.loads(self.meta_path.read_text())
-                    earlier = previous.get("earlier_runs", []) + [
-                        {k: previous.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings")}]
                 except (OSError, ValueError):
+                    previous = None
                     earlier = [{"note": f"{self.meta_path} unreadable"}]
+                if previous is not None:
+                    mismatches = setting_mismatches(previous, meta)
+                    if mismatches:
+                        raise ValueError(f"--resume: {self.csv} was measured with other settings "
+                                         f"({'; '.join(mismatches)}); write this run to its own --name")
+                    earlier = previous.get("earlier_runs", []) + [
+                        {k: previous.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings",
+                                                      "kernel_env", "tiles", "sparse_tiles", "incomplete")}]
+            self.rows = [r for r in rows if r["status"] in DONE_STATUSES]
             meta["earlier_runs"] = earlier
             meta["resumed_rows"] = len(self.rows)
+            if len(self.rows) < len(rows):
+                meta["resume_remeasured"] = f"{len(rows) - len(self.rows)} rows with status error"
 
     def has(self, impl, pass_name, n, d, pattern) -> bool:
         return any(r["impl"] == impl and r["pass"] == pass_name and int(r["seq_len"]) == n and int(r["head_dim"]) == d
@@ -462,8 +528,13 @@ def merge_reports(paths: list[str], out_dir: str, name: str) -> pd.DataFrame:
             continue
         parts.append({"csv": csv.name, "rows": len(df),
                       **{k: meta.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings",
-                                                  "tiles", "sparse_tiles", "tiles_from", "tiles_env", "wall_s",
-                                                  "incomplete") if k in meta}})
+                                                  "kernel_env", "tiles", "sparse_tiles", "tiles_from", "tiles_env",
+                                                  "wall_s", "incomplete") if k in meta}})
+    for part in parts[1:]:
+        mismatches = setting_mismatches(parts[0], part)
+        if mismatches:
+            raise ValueError(f"--merge: {part.get('csv')} was measured with other settings than "
+                             f"{parts[0].get('csv')} ({'; '.join(mismatches)}); its rows are not the same cells")
     merged = pd.concat(frames, ignore_index=True).drop_duplicates(subset=KEY, keep="last")
     first = parts[0]
     meta = {"merged_from": parts, "device": first.get("device"), "versions": first.get("versions"),
@@ -522,7 +593,8 @@ def run(args) -> int:
                                 for d in sorted(set(args.sparse_head_dims))}
     report = Report(Path(args.out), args.name, meta, resume=args.resume)
     started = time.perf_counter()
-    oom_from: dict[tuple, int] = {}  # (impl, pass, d, pattern) -> smallest N that ran out of memory
+    # (impl, pass, d, pattern) -> smallest N that ran out of memory (in this run or the resumed one)
+    oom_from: dict[tuple, int] = oom_lengths(report.rows)
     flex = Flex(args.flex_dynamic) if {"flex"} & set(args.impls) or "flex_sparse" in args.sparse_impls else None
     cells_left = 0
 
@@ -536,14 +608,14 @@ def run(args) -> int:
     def measure_cell(impl, forward_factory, B, H, N, d, pattern, density, flops_density, note=""):
         nonlocal cells_left
         for p in args.passes:
+            if report.has(impl, p, N, d, pattern):
+                continue
             if out_of_time():
                 cells_left += 1
                 continue
             row = dict(impl=impl, **{"pass": p}, seq_len=N, head_dim=d, batch=B, heads=H, dtype=args.dtype,
                        pattern=pattern, density=density, ms=None, tflops=None, extra_mem_gb=None, note=note)
             key = (impl, p, d, pattern)
-            if report.has(impl, p, N, d, pattern):
-                continue
             if key in oom_from and N > oom_from[key]:
                 report.add(**not_run_after_oom(row, oom_from[key]))
                 continue
@@ -593,6 +665,7 @@ def run(args) -> int:
             for name in layouts_wanted:
                 layout = kernels.layouts.benchmark_layout(name, nb, device="cuda")
                 density = kernels.layouts.density(layout)
+                flop_density = sparse_flop_density(layout, args.causal)  # = density unless causal
                 note = f"block {args.block_size}, {int(layout.sum())} of {nb * nb} blocks"
                 if "ours_sparse" in args.sparse_impls:
                     compiled = kernels.BlockSparseLayout.from_dense(layout, args.block_size)
@@ -600,14 +673,14 @@ def run(args) -> int:
                         lambda q, k, v: kernels.block_sparse_flash_attention(
                             q, k, v, compiled, block_size=args.block_size, causal=args.causal,
                             dropout_p=args.dropout)),
-                        B, H, N, d, name, density, density, note)
+                        B, H, N, d, name, density, flop_density, note)
                 if "flex_sparse" in args.sparse_impls:
                     def flex_factory(layout=layout, N=N):
                         if args.causal:
                             raise Unsupported("flex_sparse with --causal is not wired (BlockMask has no causal mod)")
                         no_flex_dropout()
                         return flex.forward(kernels.layouts.to_block_mask(layout, N, N, args.block_size))
-                    measure_cell("flex_sparse", flex_factory, B, H, N, d, name, density, density, note)
+                    measure_cell("flex_sparse", flex_factory, B, H, N, d, name, density, flop_density, note)
 
     # 3. approximate baselines
     approx_wanted = [x for x in args.approx if x != "none"]

@@ -127,6 +127,10 @@ def run(args) -> int:
                                  table.render(table.efficiency_sections(summary, args.baseline), args.format))
 
     if args.out is None:
+        if args.format == "csv" and len(outputs) > 1:
+            raise ValueError("--format csv on the terminal prints one table (two CSVs in one stream parse as "
+                             "neither): name it (`lra table accuracy --format csv`) or give --out FILE "
+                             "(FILE-accuracy.csv and FILE-efficiency.csv)")
         sys.stdout.write("\n".join(outputs.values()))
         return 0
     from lra.records import atomic_write_text

@@ -125,3 +125,103 @@ def test_sparse_layout_names_are_the_kernels_benchmark_layouts():
     from kernels import layouts
 
     assert bench.SPARSE_LAYOUTS == layouts.BENCHMARK_LAYOUTS
+
+
+def test_causal_block_sparse_flops_count_the_blocks_on_and_below_the_diagonal():
+    import torch
+    from kernels import layouts
+
+    # BigBird's random blocks are not symmetric: half the density is not what a causal kernel computes
+    layout = layouts.benchmark_layout("bigbird", 64)
+    assert not bool((layout == layout.T).all())
+    nb = layout.shape[0]
+    below = sum(int(layout[i, j]) for i in range(nb) for j in range(i))
+    diagonal = sum(int(layout[i, i]) for i in range(nb))
+    computed = (below + diagonal / 2) / nb**2  # fraction of the non-causal dense FLOPs
+    density = bench.sparse_flop_density(layout, True)
+    assert bench._flops(1, 1, 8192, 64, "fwd", True, density) == pytest.approx(4 * 8192**2 * 64 * computed)
+    assert density != pytest.approx(layouts.density(layout), rel=1e-3)
+    assert bench.sparse_flop_density(layout, False) == pytest.approx(layouts.density(layout))
+    local = layouts.benchmark_layout("local", 32)  # symmetric with a full diagonal: exactly the density
+    assert bench.sparse_flop_density(local, True) == pytest.approx(layouts.density(local))
+    assert bench.sparse_flop_density(torch.stack([layout, layout]), True) == pytest.approx(density)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """`bench.run` on a CPU machine: CUDA claimed, the timing replaced by a recorder (the bookkeeping is real)."""
+    import torch
+
+    import lra.provenance
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(lra.provenance, "device_name", lambda: "TestGPU")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: None)
+    calls = []
+    fail = {}
+
+    def fake_measure(forward, shape, pass_name, dtype, warmup, rep, seed):
+        B, H, N, d = shape
+        calls.append((N, pass_name))
+        if (N, pass_name) in fail:
+            raise fail[(N, pass_name)]
+        return 1.0, 0.1
+
+    monkeypatch.setattr(bench, "_measure", fake_measure)
+    return calls, fail
+
+
+def _dense_args(tmp_path, *extra):
+    return _parser().parse_args(["--out", str(tmp_path), "--name", "k", "--seq-lens", "1k,2k,4k", "--head-dims", "64",
+                                 "--impls", "ours", "--passes", "fwd", "--sparse-layouts", "none", "--approx", "none",
+                                 *extra])
+
+
+def test_resume_measures_errors_again_and_refuses_other_settings(tmp_path, fake_gpu):
+    import torch
+
+    calls, fail = fake_gpu
+    fail[(2048, "fwd")] = RuntimeError("triton compilation failed")
+    fail[(4096, "fwd")] = torch.cuda.OutOfMemoryError("CUDA out of memory")
+    assert bench.run(_dense_args(tmp_path)) == 0
+    assert pd.read_csv(tmp_path / "k.csv")["status"].tolist() == ["ok", "error", "oom"]
+    calls.clear()
+    fail.clear()
+    # the error cell is measured again; the finished (ok, oom) ones are not
+    assert bench.run(_dense_args(tmp_path, "--resume")) == 0
+    assert calls == [(2048, "fwd")]
+    df = pd.read_csv(tmp_path / "k.csv")
+    assert sorted(zip(df["seq_len"], df["status"])) == [(1024, "ok"), (2048, "ok"), (4096, "oom")]
+    meta = json.loads((tmp_path / "k.meta.json").read_text())
+    assert meta["resumed_rows"] == 2 and len(meta["earlier_runs"]) == 1
+    # a resumed run does not try longer lengths after an OOM recorded by the earlier run
+    calls.clear()
+    assert bench.run(_dense_args(tmp_path, "--resume", "--seq-lens", "1k,2k,4k,8k")) == 0
+    assert calls == []
+    df = pd.read_csv(tmp_path / "k.csv").set_index("seq_len")
+    assert df.loc[8192, "status"] == "oom" and "N=4096" in df.loc[8192, "note"]
+    # a finished run resumed under a time budget is complete, not "incomplete"
+    assert bench.run(_dense_args(tmp_path, "--resume", "--seq-lens", "1k,2k,4k,8k", "--time-budget", "0")) == 0
+    assert "incomplete" not in json.loads((tmp_path / "k.meta.json").read_text())
+    # causal rows (or another dtype, B*N, ...) are not the cells of this file: refused, nothing rewritten
+    before = (tmp_path / "k.csv").read_text()
+    for other in (["--causal"], ["--dtype", "fp16"], ["--tokens", "32768"]):
+        with pytest.raises(ValueError, match="measured with other settings"):
+            bench.run(_dense_args(tmp_path, "--resume", *other))
+    assert (tmp_path / "k.csv").read_text() == before and calls == []
+
+
+def test_merge_refuses_parts_measured_with_other_settings(tmp_path):
+    def part(name, settings):
+        report = bench.Report(tmp_path, name, {"device": "TestGPU", "settings": settings})
+        row = dict(impl="ours", seq_len=1024, head_dim=64, batch=16, heads=32, dtype="bf16", pattern="dense",
+                   density=1.0, ms=1.0, tflops=1.0, extra_mem_gb=0.1, status="ok", note="")
+        row["pass"] = "fwd"
+        report.add(**row)
+        report.flush()
+        return str(tmp_path / f"{name}.csv")
+
+    plain = part("plain", {"dtype": "bf16", "causal": False, "tokens": 16384})
+    causal = part("causal", {"dtype": "bf16", "causal": True, "tokens": 16384})
+    with pytest.raises(ValueError, match="causal"):
+        bench.merge_reports([plain, causal], str(tmp_path / "out"), "m")

@@ -299,6 +299,10 @@ def test_out_folder_and_unknown_baseline_are_clear_errors(tmp_path, runs, capsys
         run_cli("--runs", runs, "--baseline", "Softmax")
     assert run_cli("efficiency", "--runs", runs, "--baseline", "flash") == 0  # a real one still works
     assert "vs flash" in capsys.readouterr().out
+    # Both tables as CSV on the terminal were two CSVs in one stream, parseable as neither.
+    with pytest.raises(ValueError, match="--format csv on the terminal prints one table"):
+        run_cli("--runs", runs, "--format", "csv")
+    assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
 
 
 def test_formatting_helpers():
