@@ -33,6 +33,7 @@ import hashlib
 import json
 import math
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -1001,8 +1002,9 @@ def measure_command(stage: PlannedStage, steps: int = 60) -> str:
     """An `lra train` command that measures the stage's step time (a short run; see result.json)."""
     c = stage.config
     options = " ".join(f"attention.{k}={v}" for k, v in sorted(c.attention_options.items()) if v is not None)
+    data = f"--data-dir {shlex.quote(str(c.data.data_dir))} " if c.data.data_dir else ""
     return (f"lra train --task {c.task} --attention {c.attention} --preset {stage.spec.base_preset} "
-            f"--runs-dir runs-measure train.batch_size={c.train.batch_size} "
+            f"--runs-dir runs-measure {data}train.batch_size={c.train.batch_size} "
             f"train.accumulate_grad_batches={c.train.accumulate_grad_batches} train.max_steps={steps} "
             f"train.val_check_interval={steps} train.limit_val_batches=2 optim.warmup_steps=10 "
             f"data.limit_train={steps * c.train.batch_size * c.train.accumulate_grad_batches} "

@@ -518,6 +518,11 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
     # 125,000 steps x (36 + 90 + 90) ms, plus 200 validations x 79 batches x ms/3 per stage
     expected = (125_000 * (36 + 90 + 90) + 200 * 79 * (36 + 90 + 90) / 3) / 3.6e6
     assert f"{expected:.3g}" in total
+    # a stage without a step time gets the command that measures it, on the same data folder
+    assert main(["transfer", "--target", "pathx", "--runs", runs, "--estimate-cost", *sizes,
+                 "--data-dir", str(tmp_path / "my data")]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"--data-dir '{tmp_path / 'my data'}'") == 3 and "runs-measure" in out
 
 
 def test_lra_train_init_from_upsamples_and_refuses_mismatch(tmp_path, capsys):
