@@ -223,7 +223,11 @@ def load_kernels(paths: Iterable[str | Path]) -> pd.DataFrame:
         frame = table.read_csv_file(path, "write one with `lra bench kernels`")
         missing = [c for c in KERNEL_COLUMNS if c not in frame.columns]
         if missing:
-            hint = " (it looks like a `lra bench models` CSV: pass it with --bench)" if "attention" in frame.columns else ""
+            hint = ""
+            if {"ms_per_step", "regime"} <= set(frame.columns):
+                hint = " (it looks like a `lra bench models` CSV: pass it with --bench)"
+            elif "attention" in frame.columns:
+                hint = " (it has an attention column but no kernel timings: `lra bench kernels` writes those)"
             raise ValueError(f"{path}: not a `lra bench kernels` CSV, missing column(s) {', '.join(missing)}{hint}")
         frame["file"] = str(path)
         frames.append(frame)

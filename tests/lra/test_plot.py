@@ -133,6 +133,10 @@ def test_bad_inputs(tmp_path):
     bench = write_bench(tmp_path / "bench.csv")
     with pytest.raises(ValueError, match="looks like a `lra bench models` CSV"):
         run_cli("kernels", "--kernels", bench, "--out", tmp_path)
+    efficiency = tmp_path / "efficiency.csv"          # what `lra table efficiency --format csv` writes
+    efficiency.write_text("attention,seq_len,tokens_per_s\nflash,1024,1.0\n")
+    with pytest.raises(ValueError, match="no kernel timings: `lra bench kernels` writes those"):
+        run_cli("kernels", "--kernels", efficiency, "--out", tmp_path)
     with pytest.raises(ValueError, match="unknown plot 'pie'"):
         run_cli("pie", "--out", tmp_path)
     with pytest.raises(ValueError, match="--baseline 'transformer': no such attention"):
