@@ -304,6 +304,11 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
     return outcomes
 
 
+def was_stopped(o: Outcome) -> bool:
+    """A run interrupted (Ctrl-C, $LRA_STOP_AT) rather than failed: it resumes on the next sweep."""
+    return o.status == "failed" and str((o.record or {}).get("error") or o.note or "").startswith(INTERRUPTED)
+
+
 def describe_outcome(o: Outcome) -> str:
     rec = o.record or {}
 
@@ -312,7 +317,8 @@ def describe_outcome(o: Outcome) -> str:
         return f"{value:.1%}" if isinstance(value, (int, float)) else "-"
 
     where = f" gpu {o.gpu}" if o.gpu is not None else ""
-    text = f"{o.status:<9} {o.run.label}  val {pct('best_val_acc')} test {pct('test_acc')}  {o.seconds:.0f}s{where}"
+    shown = "stopped" if was_stopped(o) else o.status
+    text = f"{shown:<9} {o.run.label}  val {pct('best_val_acc')} test {pct('test_acc')}  {o.seconds:.0f}s{where}"
     if o.status != "completed":
         err = (rec.get("error") or o.note or "").splitlines()
         text += f"  ({err[0] if err else 'see train.log'})"

@@ -100,7 +100,7 @@ def _split_overrides(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lra.sweep import (SlurmOptions, SweepSpec, describe_outcome, format_plan, plan_sweep,
-                           record_invalid, run_local, run_slurm)
+                           record_invalid, run_local, run_slurm, was_stopped)
 
     _split_overrides(args)
     spec = SweepSpec(tasks=args.tasks, attentions=args.attentions,
@@ -138,11 +138,15 @@ def run(args: argparse.Namespace) -> int:
     invalid = sum(r.state == "invalid" for r in plan)
     done = sum(r.state == "done" for r in plan)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("completed", "failed", "oom")}
+    stopped = sum(map(was_stopped, outcomes))
+    counts["failed"] -= stopped
     print(f"sweep finished in {time.perf_counter() - start:.0f}s: {counts['completed']} completed, "
-          f"{counts['failed']} failed, {counts['oom']} oom, {done} already done, {invalid} invalid "
+          f"{counts['failed']} failed, {counts['oom']} oom, "
+          + (f"{stopped} stopped (they resume on the next sweep), " if stopped else "")
+          + f"{done} already done, {invalid} invalid "
           f"(recorded as failed). Records: {spec.runs_dir}/<task>/<attention>/<run-id>/result.json — "
           f"`lra table` summarises them.")
-    return 0 if counts["failed"] + counts["oom"] + invalid == 0 else 1
+    return 0 if counts["failed"] + counts["oom"] + stopped + invalid == 0 else 1
 
 
 class _Running:

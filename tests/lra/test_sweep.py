@@ -235,6 +235,9 @@ def test_a_run_stopped_before_it_recorded_itself_counts_as_interrupted(tmp_path)
     plan = plan_sweep(spec)
     outcomes = run_local(plan, spec, runner=lambda argv, env, log: 130)  # `lra train` on Ctrl-C
     assert outcomes[0].record["error"].startswith("interrupted (exit code 130 without a final record")
+    from lra.sweep import describe_outcome
+
+    assert describe_outcome(outcomes[0]).startswith("stopped ")         # not reported as a failure
     spec.skip_failed = True
     assert plan_sweep(spec)[0].state == "retry"
 
