@@ -80,6 +80,10 @@ def implementations(device: torch.device, compiled: bool) -> dict:
 def measure(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, impls: dict, reps: int,
             seed: int = 0) -> list[dict]:
     rows, d = shape
+    # A fresh compile cache per shape: `compiled` (dynamic=False) needs two entries per shape (forward
+    # under no_grad, forward + backward), so from the fifth shape on it would hit Dynamo's recompile
+    # limit (8) and silently time eager F.layer_norm under the `compiled` name.
+    torch._dynamo.reset()
     gen = torch.Generator(device="cpu").manual_seed(seed)
     x = (torch.randn(rows, d, generator=gen) * 3 + 1).to(device, dtype).requires_grad_()
     dy = torch.randn(rows, d, generator=gen).to(device, dtype)

@@ -277,7 +277,8 @@ def _canonical(value):
 def setting_mismatches(old: dict, new: dict) -> list[str]:
     """The RUN_SETTINGS / RUN_META that two provenance dicts both record with different values."""
     out = []
-    for key, a, b in ([(k, (old.get("settings") or {}).get(k), (new.get("settings") or {}).get(k)) for k in RUN_SETTINGS]
+    old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
+    for key, a, b in ([(k, old_settings.get(k), new_settings.get(k)) for k in RUN_SETTINGS]
                       + [(k, old.get(k), new.get(k)) for k in RUN_META]):
         if a is not None and b is not None and _canonical(a) != _canonical(b):
             out.append(f"{key}: {_canonical(a)!r} vs {_canonical(b)!r}")

@@ -59,6 +59,11 @@ NUM_CLASSES = 2
 CSV_COLUMNS = ["attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "ms_per_step",
                "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note"]
 DONE_STATUSES = ("ok", "oom", "unsupported")
+# What a cell measures besides its key (attention, N, regime, mode): --resume refuses a file measured
+# with other values of these (settings keys, then top-level meta keys), and keeps the earlier runs'
+# provenance in the meta as `earlier_runs`.
+RESUME_SETTINGS = ("attention_dropout", "compile_mode", "grad_clip")
+RESUME_META = ("device", "bench_device", "kernel_env", "model", "input")
 PROFILE_STEPS = 3
 PROFILE_ROWS = 30
 
@@ -90,7 +95,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench-models.csv"), metavar="FILE.csv",
                         help="CSV to write; FILE.md and FILE.meta.json go next to it")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the cells already in --out (ok/oom/unsupported) and measure only the rest")
+                        help="keep the cells already in --out (ok/oom/unsupported) and measure only the rest; a file "
+                             "measured with other settings (tokens per batch, attention dropout, options, compile "
+                             "mode, device, kernel settings) is refused")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help=f"after timing each cell, profile {PROFILE_STEPS} more steps with torch.profiler and "
@@ -165,6 +172,10 @@ def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dic
             for attention in attentions:
                 lens = seq_lens + [n for n in long_lens if attention in LONG_ATTENTIONS and n not in seq_lens]
                 for n in sorted(lens):
+                    if n < tokens and tokens % n:  # batch = tokens // N would feed fewer tokens at this N
+                        raise ValueError(f"sequence length {n} does not divide the {tokens} tokens per batch of "
+                                         f"regime {regime}: the batches would not hold the same tokens at every "
+                                         "length (use lengths that divide it, or exceed it: then batch = 1)")
                     cells.append(Cell(attention, n, regime, tokens, mode == "compiled"))
     options = {name: dict(DEFAULT_OPTIONS.get(device_type, {}).get(name, {})) for name in attentions}
     for name, values in parse_options(args.options, attentions).items():
@@ -179,6 +190,26 @@ def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dic
     if not 0.0 <= args.attention_dropout < 1.0:
         raise ValueError(f"--attention-dropout must be in [0, 1), got {args.attention_dropout}")
     return cells, settings
+
+
+def resume_mismatches(old: dict, new: dict) -> list[str]:
+    """What differs between the provenance of the file being resumed (``old``) and this run's (``new``):
+    the tokens of a regime both plan, the options of an attention both measure, RESUME_SETTINGS and
+    RESUME_META (a key only one of them records is not compared)."""
+    def canonical(value):
+        return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+    old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
+    pairs = [(k, old_settings.get(k), new_settings.get(k)) for k in RESUME_SETTINGS]
+    pairs += [(k, old.get(k), new.get(k)) for k in RESUME_META]
+    old_regimes, new_regimes = old_settings.get("regimes") or {}, new_settings.get("regimes") or {}
+    pairs += [(f"tokens per batch of regime {r}", old_regimes[r], new_regimes[r]) for r in new_regimes if r in old_regimes]
+    if "options" in old_settings and "options" in new_settings:
+        both = set(old_settings.get("attentions") or []) & set(new_settings.get("attentions") or [])
+        pairs += [(f"options of {a}", old_settings["options"].get(a, {}), new_settings["options"].get(a, {}))
+                  for a in sorted(both)]
+    return [f"{key}: {canonical(a)!r} vs {canonical(b)!r}" for key, a, b in pairs
+            if a is not None and b is not None and canonical(a) != canonical(b)]
 
 
 # ------------------------------------------------------------------------------------------ measuring
@@ -382,6 +413,12 @@ def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad
         status = "unsupported" if isinstance(err, Unsupported) else "oom" if _is_oom(err) else "error"
         failure = (status, str(err).strip().splitlines()[0][:200] if status == "unsupported" else _first_line(err))
         del err  # drop the traceback (and the tensors its frames hold) before freeing memory
+    if cell.compile:
+        # the compiled cell's caches (and, with mode=reduce-overhead, its CUDA-graph memory pool) would
+        # otherwise stay allocated into the next cells — eager ones too, which never reset them
+        import torch
+
+        torch._dynamo.reset()
     _free_memory(device)
     if failure is not None:
         return _row(cell, failure[0], failure[1])
@@ -455,18 +492,6 @@ def run(args) -> int:
         registry.resolve_options(name, **values)  # bad option -> one clear ValueError before any work
     csv_path, md_path, meta_path = _paths(args.out)
 
-    rows: list[dict] = []
-    done: set = set()
-    if args.resume and csv_path.exists():
-        from lra.table import load_bench
-
-        previous = load_bench([csv_path])
-        for _, r in previous.iterrows():
-            row = {c: r[c] for c in CSV_COLUMNS}
-            row["note"] = "" if pd.isna(row["note"]) else row["note"]
-            if r["status"] in DONE_STATUSES:
-                rows.append(row)
-                done.add((r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])))
     meta = provenance.collect()
     meta.update(benchmark="lra bench models", settings=settings, model=dataclasses.asdict(paper_model_config(args.attention_dropout)),
                 input={"vocab_size": VOCAB_SIZE, "num_classes": NUM_CLASSES, "padding": False},
@@ -475,6 +500,35 @@ def run(args) -> int:
     import kernels  # our kernels' attention-dropout settings in force (flash, flash_sparse)
 
     meta.update(kernels.ops.kernel_settings())
+
+    rows: list[dict] = []
+    done: set = set()
+    if args.resume and csv_path.exists():
+        from lra.table import load_bench
+
+        earlier = []
+        if meta_path.exists():  # the provenance of the rows kept: checked against this run, then kept
+            try:
+                previous_meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                previous_meta = None
+                earlier = [{"note": f"{meta_path} unreadable"}]
+            if previous_meta is not None:
+                mismatches = resume_mismatches(previous_meta, meta)
+                if mismatches:
+                    raise ValueError(f"--resume: {csv_path} was measured with other settings "
+                                     f"({'; '.join(mismatches)}); write this run to its own --out")
+                earlier = previous_meta.get("earlier_runs", []) + [
+                    {k: previous_meta.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings",
+                                                       "kernel_env", "cuda", "cudnn")}]
+        previous = load_bench([csv_path])
+        for _, r in previous.iterrows():
+            row = {c: r[c] for c in CSV_COLUMNS}
+            row["note"] = "" if pd.isna(row["note"]) else row["note"]
+            if r["status"] in DONE_STATUSES:
+                rows.append(row)
+                done.add((r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])))
+        meta.update(earlier_runs=earlier, resumed_rows=len(rows))
     atomic_write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n")
 
     console = Console(stderr=True)

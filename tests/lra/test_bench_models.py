@@ -208,3 +208,65 @@ def test_kernel_settings_are_named_in_the_report(tmp_path, monkeypatch):
                             "--warmup", "0", "--device", "cpu", "--modes", "eager", "--out", out)) == 0
     assert json.loads(out.with_name("ln.meta.json").read_text())["kernel_env"] == {"LRA_LAYER_NORM": "torch"}
     assert "- Kernel settings: `LRA_LAYER_NORM=torch`." in out.with_name("ln.md").read_text()
+
+
+def test_plan_refuses_lengths_that_do_not_divide_the_tokens_per_batch():
+    # 3000 // 1024 = 2 sequences = 2048 tokens, 3000 // 512 = 5 = 2560: not the same tokens at every N
+    with pytest.raises(ValueError, match="does not divide the 3000 tokens per batch"):
+        models.plan(parse("--seq-lens", "512", "1024", "--tokens-per-batch", "3000"), REGISTERED, "cpu")
+    # longer than the batch is allowed (one sequence, noted in the row)
+    cells, _ = models.plan(parse("--seq-lens", "512", "1024", "--tokens-per-batch", "512"), REGISTERED, "cpu")
+    assert {c.batch_size for c in cells} == {1}
+
+
+def test_resume_keeps_the_earlier_provenance_and_refuses_other_settings(tmp_path, monkeypatch):
+    def fake_measure(cell, **kwargs):
+        return {"ms_per_step": 2.0, "ms_p10": 2.0, "ms_p90": 2.0, "samples_per_s": 1.0, "tokens_per_s": 1.0,
+                "peak_mem_gb": float("nan")}
+
+    monkeypatch.setattr(models, "measure", fake_measure)
+    out = tmp_path / "r.csv"
+    base = ["--attentions", "softmax", "--seq-lens", "64", "--device", "cpu", "--out", out]
+    assert models.run(parse(*base, "--tokens-per-batch", "128")) == 0
+    first = json.loads(out.with_name("r.meta.json").read_text())
+    before = out.read_text()
+    # another batch (or attention dropout, ...) is another measurement: refused before anything is written
+    for other in (["--tokens-per-batch", "256"], ["--tokens-per-batch", "128", "--attention-dropout", "0"]):
+        monkeypatch.setattr(models, "run_cell", lambda *a, **k: pytest.fail("measured despite other settings"))
+        with pytest.raises(ValueError, match="measured with other settings"):
+            models.run(parse(*base, *other, "--resume"))
+        assert out.read_text() == before
+        assert json.loads(out.with_name("r.meta.json").read_text()) == first
+    monkeypatch.undo()
+    monkeypatch.setattr(models, "measure", fake_measure)
+    # the same settings: the kept rows keep the provenance of the run that measured them
+    assert models.run(parse(*base, "--tokens-per-batch", "128", "--seq-lens", "64", "32", "--resume")) == 0
+    meta = json.loads(out.with_name("r.meta.json").read_text())
+    assert meta["resumed_rows"] == 1
+    assert [(e["command"], e["date"], e["git_rev"]) for e in meta["earlier_runs"]] == \
+        [(first["command"], first["date"], first["git_rev"])]
+    assert sorted(pd.read_csv(out)["seq_len"]) == [32, 64]
+
+
+def test_a_compiled_cell_leaves_no_compile_caches_behind(monkeypatch):
+    """The next cells (eager ones too, which never reset) must not inherit its caches or CUDA-graph pools."""
+    events = []
+    monkeypatch.setattr(models, "measure", lambda cell, **k: events.append("measure") or {
+        "ms_per_step": 1.0, "ms_p10": 1.0, "ms_p90": 1.0, "samples_per_s": 1.0, "tokens_per_s": 1.0,
+        "peak_mem_gb": float("nan")})
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
+    kwargs = dict(device=torch.device("cpu"), options={}, steps=1, warmup=0, grad_clip=1.0, seed=0)
+    assert models.run_cell(models.Cell("softmax", 64, "custom", 128, True), **kwargs)["status"] == "ok"
+    assert events == ["measure", "reset"]
+
+    def oom(cell, **k):
+        events.append("measure")
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(models, "measure", oom)
+    events.clear()
+    assert models.run_cell(models.Cell("softmax", 64, "custom", 128, True), **kwargs)["status"] == "oom"
+    assert events == ["measure", "reset"]
+    events.clear()
+    models.run_cell(models.Cell("softmax", 64, "custom", 128, False), **kwargs)
+    assert events == ["measure"]  # eager cells compile nothing

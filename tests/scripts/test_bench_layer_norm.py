@@ -25,3 +25,20 @@ def test_a_bad_shape_is_one_clear_error(load_script, capsys):
     with pytest.raises(SystemExit):
         script.main(["--shapes", "262144by64"])
     assert "expected ROWSxD" in capsys.readouterr().err
+
+
+def test_the_compiled_anchor_stays_compiled_for_every_shape(load_script):
+    """Two compile-cache entries per shape (no_grad forward, forward + backward): without a fresh cache per
+    shape the fifth shape hit Dynamo's recompile limit and `compiled` silently timed eager F.layer_norm."""
+    import torch
+    import torch._dynamo.testing
+    import torch.nn.functional as F
+
+    script = load_script("bench_layer_norm")
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+    impls = {"compiled": torch.compile(F.layer_norm, dynamic=False, backend=counter)}
+    shapes = [(8, 16), (16, 16), (8, 32), (16, 32), (8, 48), (16, 48)]
+    for shape in shapes:
+        script.measure(shape, torch.float32, torch.device("cpu"), impls, reps=1)
+    assert counter.frame_count == 2 * len(shapes)
