@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="CSV path (and .meta.json beside it)")
     args = parser.parse_args(argv)
     try:
-        shapes = [parse_shape(s) for s in args.shapes]
+        shapes = list(dict.fromkeys(parse_shape(s) for s in args.shapes))  # a shape named twice is measured once
     except ValueError as err:
         parser.error(str(err))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -10,9 +10,9 @@ import pytest
 def test_a_tiny_run_writes_every_cell_and_its_provenance(load_script, tmp_path, capsys):
     script = load_script("bench_layer_norm")
     out = tmp_path / "ln.csv"
-    assert script.main(["--shapes", "37x48", "8x64", "--reps", "1", "--no-compiled", "--out", str(out)]) == 0
+    assert script.main(["--shapes", "37x48", "8x64", "37x48", "--reps", "1", "--no-compiled", "--out", str(out)]) == 0
     frame = pd.read_csv(out)
-    assert len(frame) == 2 * 2 * 2  # shapes x implementations x passes
+    assert len(frame) == 2 * 2 * 2  # shapes (the repeated one once) x implementations x passes
     assert set(frame["impl"]) == {"torch", "triton"} and set(frame["pass"]) == {"fwd", "fwd+bwd"}
     assert (frame["ms"] > 0).all() and (frame["gb_per_s"] > 0).all()
     assert (frame.loc[frame["impl"] == "torch", "speedup_vs_torch"] == 1.0).all()
