@@ -1,6 +1,6 @@
 """Lightning callbacks of a training run: throughput / memory / timing statistics, validation after
 the final step, and the checkpoints a run resumes from (`last.ckpt` after every validation and at an
-interruption, written atomically).
+interruption, written atomically, with the RNG state: `RngState`).
 
 `TrainingStats` measures what a run record reports:
 - training throughput in samples/s and tokens/s and the mean step time, over the training steps
@@ -192,6 +192,38 @@ def save_checkpoint_atomically(trainer: pl.Trainer, path: Path) -> None:
         os.replace(tmp, path)
 
 
+def completed_batches(trainer: pl.Trainer) -> int | None:
+    """Training batches of the current epoch that a checkpoint saved now counts as done once resumed.
+
+    Lightning's progress counters roll an unfinished batch back on restart (a batch whose
+    `on_train_batch_end` ran counts as done); None where the counters are not available."""
+    try:
+        current = trainer.fit_loop.epoch_loop.batch_progress.current
+        ready, started, processed, completed = (int(current.ready), int(current.started),
+                                                int(current.processed), int(current.completed))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if ready == started == processed == completed + 1:  # stopped in or after on_train_batch_end
+        return processed
+    return completed
+
+
+def rewind_train_loader(trainer: pl.Trainer, done: int) -> None:
+    """Set the resumable training loader's position to `done` batches of its current epoch when it
+    has handed out more (a batch fetched but interrupted before it was trained on): otherwise the
+    checkpoint's loader state skips that batch on resume while the step count repeats it."""
+    loader = getattr(trainer, "train_dataloader", None)
+    if not (hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict")):
+        return
+    try:
+        state = loader.state_dict()
+        epoch, handed_out = int(state["epoch"]), int(state["batches_done"])
+    except (KeyError, TypeError, ValueError):
+        return
+    if handed_out > done:
+        loader.load_state_dict({"epoch": epoch, "batches_done": done})
+
+
 class BestAndLastCheckpoint(ModelCheckpoint):
     """The best checkpoint by the monitored metric (Lightning's top-k logic) and `last.ckpt` after
     every validation of a fit.
@@ -219,11 +251,81 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         save_checkpoint_atomically(trainer, self.last_path)
 
 
+class RngState(pl.Callback):
+    """Random-number generator state in checkpoints, so that a resumed run draws the dropout masks
+    (torch's generators: `nn.Dropout` and the attention kernels' dropout seeds) of an uninterrupted
+    one. Lightning restores weights, optimizer, scheduler and loader position but not the RNGs: a
+    resumed run re-seeded by `seed_everything` repeated the masks of the first steps.
+
+    Validation is made RNG-neutral (the state before it is put back after it: an evaluation loader
+    draws a base seed from the global generator), so the training stream depends on training steps
+    only, whatever the validations, sanity check or restart path in between. The saved state is
+    applied when training starts (after the sanity check). Stored as tensors and plain lists, so
+    checkpoints stay readable with `torch.load(weights_only=True)`."""
+
+    def __init__(self):
+        super().__init__()
+        self._before_validation: dict | None = None
+        self._restored: dict | None = None
+
+    @staticmethod
+    def capture() -> dict:
+        import random
+
+        import numpy as np
+
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        version, internal, gauss_next = random.getstate()
+        return {"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "numpy": [str(kind), torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos),
+                          int(has_gauss), float(gauss)],
+                "python": [int(version), list(internal), gauss_next]}
+
+    @staticmethod
+    def apply(state: dict) -> None:
+        import random
+
+        import numpy as np
+
+        torch.set_rng_state(state["torch"])
+        cuda = list(state.get("cuda") or [])
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        if state.get("numpy") is not None:
+            kind, keys, pos, has_gauss, gauss = state["numpy"]
+            np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+        if state.get("python") is not None:
+            version, internal, gauss_next = state["python"]
+            random.setstate((version, tuple(internal), gauss_next))
+
+    def on_validation_start(self, trainer, pl_module):
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._before_validation = self.capture()
+
+    def on_validation_end(self, trainer, pl_module):
+        if self._before_validation is not None:
+            self.apply(self._before_validation)
+            self._before_validation = None
+
+    def on_train_start(self, trainer, pl_module):
+        if self._restored is not None:
+            self.apply(self._restored)
+            self._restored = None
+
+    def state_dict(self) -> dict:
+        # within a validation (last.ckpt is written at its end): the training stream's state
+        return self._before_validation if self._before_validation is not None else self.capture()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._restored = dict(state_dict)
+
+
 STOP_AT_ENV = "LRA_STOP_AT"
 
 
 class StopAt(pl.Callback):
-    """Interrupt a fit at the first training-step boundary at or after `deadline` (Unix seconds), as
+    """Interrupt a fit at the first optimizer-step boundary at or after `deadline` (Unix seconds), as
     Ctrl-C would: Lightning shuts down gracefully, `SaveOnInterrupt` writes last.ckpt at that step,
     the record says "interrupted" and `--resume` continues. `lra train` (and the commands that run
     it) reads the deadline from $LRA_STOP_AT, so that a run spread over several calls of a machine
@@ -251,7 +353,17 @@ class StopAt(pl.Callback):
     # under DDP the decision is a collective (rank 0's clock for all): taken every this many steps
     DDP_EVERY = 20
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._last_step = trainer.global_step
+
     def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
+        # Only at an optimizer-step boundary: with gradient accumulation, a stop after a micro-batch
+        # that did not step would lose its gradients (the checkpoint holds no .grad) and the resumed
+        # run would take its next step on a partial accumulation.
+        stepped = trainer.global_step != getattr(self, "_last_step", None)
+        self._last_step = trainer.global_step
+        if not stepped:
+            return
         if trainer.world_size > 1:
             if trainer.global_step % self.DDP_EVERY:
                 return
@@ -266,7 +378,11 @@ class StopAt(pl.Callback):
 class SaveOnInterrupt(pl.Callback):
     """On an exception during training (Ctrl-C, a crash), save `last.ckpt` at the current step so
     `--resume` repeats no finished step. Single-process runs only: in DDP the other ranks may not
-    reach the save's barrier; there the checkpoint of the last validation remains."""
+    reach the save's barrier; there the checkpoint of the last validation remains.
+
+    A batch fetched but not finished is given back to the loader (`rewind_train_loader`), so the
+    resumed run trains on it. Between two optimizer steps of an accumulation nothing is saved (the
+    accumulated gradients are in no checkpoint): the checkpoint of the last validation remains."""
 
     def __init__(self, path):
         super().__init__()
@@ -277,6 +393,17 @@ class SaveOnInterrupt(pl.Callback):
             return
         if trainer.global_step <= 0:
             return
+        done = completed_batches(trainer)
+        if done is not None:
+            accumulate = max(1, int(trainer.accumulate_grad_batches))
+            if done % accumulate and done < trainer.num_training_batches:
+                # Between two optimizer steps: the micro-batches since the last step exist only as
+                # accumulated gradients, which no checkpoint holds; a resumed run would step on a
+                # partial accumulation. The checkpoint of the last validation stays (exact, older).
+                rank_zero_info(f"interrupted between two optimizer steps (micro-batch {done % accumulate} of "
+                               f"{accumulate}): last.ckpt stays at the last validation")
+                return
+            rewind_train_loader(trainer, done)
         try:
             save_checkpoint_atomically(trainer, self.path)
         except Exception as err:  # noqa: BLE001 - never hide the original exception

@@ -57,8 +57,15 @@ def one_cycle(optimizer: torch.optim.Optimizer, *, lr: float, warmup_steps: int,
 
 
 def split_weight_decay(model: nn.Module) -> tuple[list, list]:
-    """Weight matrices of Linear layers decay; biases, norms, embeddings and positions do not."""
-    decay_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    """Weight matrices of Linear layers decay; biases, norms, embeddings and positions do not.
+
+    The pixel embedding `model.pixel_embedding=linear` is an `nn.Linear(1, dim)` but an embedding
+    (the vector a pixel intensity scales), so it does not decay either."""
+    from lra.model import Encoder
+
+    embeddings = {id(m.embed.weight) for m in model.modules() if isinstance(m, Encoder)}
+    decay_ids = {id(m.weight) for m in model.modules()
+                 if isinstance(m, nn.Linear) and id(m.weight) not in embeddings}
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:

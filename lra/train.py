@@ -33,7 +33,7 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra import provenance
-from lra.callbacks import (BestAndLastCheckpoint, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd,
+from lra.callbacks import (BestAndLastCheckpoint, RngState, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd,
                            save_checkpoint_atomically)
 from lra.config import RunConfig
 from lra.model import DataSpec
@@ -193,7 +193,7 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
     stats = TrainingStats(warmup_steps=t.throughput_warmup_steps, monitor=MONITOR, verbose=not progress_bar)
     best = BestAndLastCheckpoint(dirpath=ckpt_dir, filename="best-step{step}", monitor=MONITOR, mode="max",
                                  save_top_k=1, auto_insert_metric_name=False)
-    cbs = [stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / "last.ckpt"),
+    cbs = [stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / "last.ckpt"), RngState(),
            LearningRateMonitor(logging_interval="step"), *callbacks]
     if progress_bar:
         cbs.append(RichProgressBar())

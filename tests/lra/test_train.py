@@ -427,6 +427,18 @@ def test_weight_decay_only_on_linear_weights():
     assert len(decay) + len(no_decay) == len(list(model.parameters()))
 
 
+def test_weight_decay_spares_the_linear_pixel_embedding():
+    from lra.model import DataSpec, build_model
+
+    config = resolve("pathfinder32", "softmax", preset="smoke", overrides=["model.pixel_embedding=linear"])
+    model = build_model(config.model, DataSpec(256, 2, 1024, image_shape=(32, 32)), attention="softmax")
+    decay, no_decay = split_weight_decay(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert "encoder.embed.weight" in {names[id(p)] for p in no_decay}
+    assert "encoder.embed.weight" not in {names[id(p)] for p in decay}
+    assert {"head.0.weight", "encoder.blocks.0.attention.qkv.weight"} <= {names[id(p)] for p in decay}
+
+
 class _FakeStrategy:
     class root_device:  # noqa: N801 - mimics torch.device
         type = "cpu"
@@ -529,3 +541,119 @@ def test_max_minutes_stops_training_by_wall_clock(tmp_path, data_dir, capsys):
     assert main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke",
                  "--runs-dir", str(runs), "--data-dir", str(data_dir), "train.max_minutes=0"]) == 2
     assert "train.max_minutes must be > 0" in capsys.readouterr().err
+
+
+class RecordLosses(pl.Callback):
+    """(global step before the batch, digest of its input_ids, its loss) of every training micro-batch."""
+
+    def __init__(self):
+        self.rows = []
+        self._step = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._step = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        import hashlib
+
+        digest = hashlib.sha1(batch["input_ids"].detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+        self.rows.append((self._step, digest, float(outputs["loss"])))
+
+
+class InterruptAtBatch(pl.Callback):
+    """Ctrl-C while the n-th training micro-batch of the session runs (`where="start"`: fetched, not
+    yet trained on) or right after it (`where="end"`)."""
+
+    def __init__(self, n: int, where: str):
+        self.n, self.where, self.seen = n, where, 0
+
+    def on_train_batch_start(self, trainer, *args):
+        self.seen += 1
+        if self.seen == self.n and self.where == "start":
+            raise KeyboardInterrupt
+
+    def on_train_batch_end(self, trainer, *args):
+        if self.seen == self.n and self.where == "end":
+            raise KeyboardInterrupt
+
+
+def _whole_and_resumed(tmp_path, data_dir, overrides, interrupt, stop_at_monkeypatch=None):
+    """Loss traces of an uninterrupted run and of the resumed part of an interrupted one, and the
+    step of the last.ckpt it resumed from (interrupted by `interrupt`, or $LRA_STOP_AT set to a past
+    time through `stop_at_monkeypatch`)."""
+    whole = RecordLosses()
+    train(resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "whole", data_dir=data_dir,
+                  overrides=overrides), callbacks=[whole], progress_bar=False)
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "cut", data_dir=data_dir,
+                     overrides=overrides)
+    if stop_at_monkeypatch is not None:
+        stop_at_monkeypatch.setenv("LRA_STOP_AT", "1")
+    with pytest.raises((SystemExit, RunFailed)):
+        train(config, callbacks=[interrupt] if interrupt else [], progress_bar=False)
+    if stop_at_monkeypatch is not None:
+        stop_at_monkeypatch.delenv("LRA_STOP_AT")
+    last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    after = RecordLosses()
+    rec = train(config, resume=True, callbacks=[after], progress_bar=False)
+    assert rec["status"] == "completed"
+    return whole.rows, after.rows, last["global_step"]
+
+
+def _tail_from_step(rows, step):
+    return [r for r in rows if r[0] >= step]
+
+
+def test_resumed_run_draws_the_dropout_masks_of_an_uninterrupted_one(tmp_path, data_dir):
+    """The RNG state is in the checkpoint: with dropout the resumed steps' losses are exactly those of
+    the uninterrupted run (before: re-seeded at restart, the masks of the first steps again)."""
+    overrides = [*FAST, "train.max_steps=10", "train.val_check_interval=4", "model.dropout=0.1",
+                 "model.attention_dropout=0.1"]
+    whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, Crash(6, RuntimeError("power cut")))
+    assert step == 6 and len(after) == 4
+    assert after == _tail_from_step(whole, 6)
+
+
+def test_resume_from_a_validation_checkpoint_with_dropout_continues_exactly(tmp_path, data_dir, monkeypatch):
+    from lra import callbacks
+
+    monkeypatch.setattr(callbacks.SaveOnInterrupt, "on_exception", lambda *args: None)  # as under SIGKILL
+    overrides = [*FAST, "train.max_steps=10", "train.val_check_interval=4", "model.dropout=0.1",
+                 "model.attention_dropout=0.1"]
+    whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, Crash(6, RuntimeError("machine lost")))
+    assert step == 4 and len(after) == 6
+    assert after == _tail_from_step(whole, 4)
+
+
+def test_ctrl_c_during_a_batch_trains_that_batch_after_resume(tmp_path, data_dir):
+    """A batch fetched but interrupted before it was trained on is trained on after --resume (before:
+    the loader's saved position counted it as done, and the resumed run skipped it)."""
+    overrides = [*FAST, "train.max_steps=10", "train.val_check_interval=4"]
+    whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, InterruptAtBatch(6, "start"))
+    assert step == 5
+    assert after == _tail_from_step(whole, 5)
+
+
+@pytest.mark.parametrize("batch", [7, 11])  # the first batch of the second epoch; one in the middle of it
+def test_ctrl_c_during_a_batch_with_accumulation_resumes_exactly(tmp_path, data_dir, batch):
+    overrides = [*FAST, "train.max_steps=8", "train.val_check_interval=4", "train.accumulate_grad_batches=2"]
+    whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, InterruptAtBatch(batch, "start"))
+    assert step == (batch - 1) // 2
+    assert after == _tail_from_step(whole, step)
+
+
+def test_ctrl_c_between_accumulated_micro_batches_keeps_the_validation_checkpoint(tmp_path, data_dir):
+    """Interrupted after micro-batch 11 of 2-batch steps (step 6 half accumulated): no checkpoint can
+    hold the half-accumulated gradient, so last.ckpt stays at the last validation (step 4) and the
+    resumed run repeats steps 5 and 6 exactly (before: it stepped on batch 12's gradient alone)."""
+    overrides = [*FAST, "train.max_steps=8", "train.val_check_interval=4", "train.accumulate_grad_batches=2"]
+    whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, InterruptAtBatch(11, "end"))
+    assert step == 4
+    assert after == _tail_from_step(whole, 4)
+
+
+def test_lra_stop_at_waits_for_the_end_of_an_accumulated_step(tmp_path, data_dir, monkeypatch):
+    overrides = [*FAST, "train.max_steps=6", "train.val_check_interval=3", "train.accumulate_grad_batches=2"]
+    # $LRA_STOP_AT already due at the first micro-batch
+    whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, None, stop_at_monkeypatch=monkeypatch)
+    assert step == 1  # not after micro-batch 1, before the first step
+    assert after == _tail_from_step(whole, 1)
