@@ -34,6 +34,7 @@ RECORD_COLUMNS = ("run_id", "task", "attention", "seq_len", "seed", "preset", "s
 # Columns of `lra bench models` CSVs (docs/interfaces.md).
 BENCH_COLUMNS = ("attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "ms_per_step",
                  "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note")
+RECORD_MEM_UNIT_BYTES = 2**30   # the unit of a run record's peak_mem_gb (lra.callbacks.GIB)
 BENCH_REQUIRED = ("attention", "seq_len", "regime", "compile", "tokens_per_s", "peak_mem_gb", "status")
 
 GROUP = ["attention", "variant", "preset", "task", "seq_len"]
@@ -105,6 +106,9 @@ def normalise_records(records: pd.DataFrame) -> pd.DataFrame:
     for column in ("test_acc", "best_val_acc", "train_tokens_per_s", "train_samples_per_s", "step_time_ms",
                    "peak_mem_gb", "wall_time_s", "time_to_best_s"):
         df[column] = pd.to_numeric(df[column], errors="coerce")
+    # Run records store peak memory in GiB (2^30 bytes: lra.callbacks); `lra bench models` CSVs and the
+    # tables and plots use GB (1e9 bytes), so both sources read alike under one "peak GB" label.
+    df["peak_mem_gb"] = df["peak_mem_gb"] * RECORD_MEM_UNIT_BYTES / 1e9
     df["variant"] = _variants(df)
     return df.reset_index(drop=True)
 

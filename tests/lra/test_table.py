@@ -184,11 +184,13 @@ def test_efficiency_from_records(records):
     flash = summary[(summary["attention"] == "flash") & (summary["task"] == "listops")].iloc[0]
     assert flash["tokens_per_s"] == 3000.0 and flash["speedup"] == pytest.approx(3.0) and flash["n"] == 3
     assert flash["wall_time_s"] == 600.0 and flash["time_to_best_s"] == 300.0
+    # records hold GiB (1.5 here); tables show GB like `lra bench models`: 1.5 * 2^30 / 1e9
+    assert flash["peak_mem_gb"] == pytest.approx(1.5 * 2**30 / 1e9)
     pathx = summary[summary["task"] == "pathx"].iloc[0]
     assert pathx["status"] == "oom"
     text = table.render(table.efficiency_sections(summary), "markdown")
     assert "## Efficiency — ListOps: training runs" in text and "| OOM" in text and "3.00×" in text
-    assert "10m00s" in text and "5m00s" in text
+    assert "10m00s" in text and "5m00s" in text and "| 1.61 " in text
 
 
 def bench_csv(path, rows=None):
