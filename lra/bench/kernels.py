@@ -43,6 +43,7 @@ from typing import Callable
 
 import pandas as pd
 
+from lra.bench.resume import differences, earlier_runs
 from lra.records import atomic_write_text
 
 K = 1024
@@ -270,19 +271,11 @@ RUN_META = ("device", "kernel_env", "tiles", "sparse_tiles")
 DONE_STATUSES = ("ok", "oom", "unsupported")
 
 
-def _canonical(value):
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
 def setting_mismatches(old: dict, new: dict) -> list[str]:
     """The RUN_SETTINGS / RUN_META that two provenance dicts both record with different values."""
-    out = []
     old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
-    for key, a, b in ([(k, old_settings.get(k), new_settings.get(k)) for k in RUN_SETTINGS]
-                      + [(k, old.get(k), new.get(k)) for k in RUN_META]):
-        if a is not None and b is not None and _canonical(a) != _canonical(b):
-            out.append(f"{key}: {_canonical(a)!r} vs {_canonical(b)!r}")
-    return out
+    return differences([(k, old_settings.get(k), new_settings.get(k)) for k in RUN_SETTINGS]
+                       + [(k, old.get(k), new.get(k)) for k in RUN_META])
 
 
 def oom_lengths(rows: list[dict]) -> dict[tuple, int]:
@@ -336,21 +329,9 @@ class Report:
             if missing:
                 raise ValueError(f"{self.csv} lacks columns {sorted(missing)}: not a `lra bench kernels` CSV")
             rows = _rows(old)
-            earlier = []
-            if self.meta_path.exists():
-                try:
-                    previous = json.loads(self.meta_path.read_text())
-                except (OSError, ValueError):
-                    previous = None
-                    earlier = [{"note": f"{self.meta_path} unreadable"}]
-                if previous is not None:
-                    mismatches = setting_mismatches(previous, meta)
-                    if mismatches:
-                        raise ValueError(f"--resume: {self.csv} was measured with other settings "
-                                         f"({'; '.join(mismatches)}); write this run to its own --name")
-                    earlier = previous.get("earlier_runs", []) + [
-                        {k: previous.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings",
-                                                      "kernel_env", "tiles", "sparse_tiles", "incomplete")}]
+            earlier = earlier_runs(self.meta_path, meta, setting_mismatches,
+                                   ("command", "date", "git_rev", "device", "versions", "settings", "kernel_env",
+                                    "tiles", "sparse_tiles", "incomplete"), self.csv, "--name")
             self.rows = [r for r in rows if r["status"] in DONE_STATUSES]
             meta["earlier_runs"] = earlier
             meta["resumed_rows"] = len(self.rows)

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lra.bench.resume import differences, earlier_runs
 from lra.records import atomic_write_text
 
 K = 1024
@@ -196,9 +197,6 @@ def resume_mismatches(old: dict, new: dict) -> list[str]:
     """What differs between the provenance of the file being resumed (``old``) and this run's (``new``):
     the tokens of a regime both plan, the options of an attention both measure, RESUME_SETTINGS and
     RESUME_META (a key only one of them records is not compared)."""
-    def canonical(value):
-        return json.loads(json.dumps(value, sort_keys=True, default=str))
-
     old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
     pairs = [(k, old_settings.get(k), new_settings.get(k)) for k in RESUME_SETTINGS]
     pairs += [(k, old.get(k), new.get(k)) for k in RESUME_META]
@@ -208,8 +206,7 @@ def resume_mismatches(old: dict, new: dict) -> list[str]:
         both = set(old_settings.get("attentions") or []) & set(new_settings.get("attentions") or [])
         pairs += [(f"options of {a}", old_settings["options"].get(a, {}), new_settings["options"].get(a, {}))
                   for a in sorted(both)]
-    return [f"{key}: {canonical(a)!r} vs {canonical(b)!r}" for key, a, b in pairs
-            if a is not None and b is not None and canonical(a) != canonical(b)]
+    return differences(pairs)
 
 
 # ------------------------------------------------------------------------------------------ measuring
@@ -506,21 +503,10 @@ def run(args) -> int:
     if args.resume and csv_path.exists():
         from lra.table import load_bench
 
-        earlier = []
-        if meta_path.exists():  # the provenance of the rows kept: checked against this run, then kept
-            try:
-                previous_meta = json.loads(meta_path.read_text())
-            except (OSError, ValueError):
-                previous_meta = None
-                earlier = [{"note": f"{meta_path} unreadable"}]
-            if previous_meta is not None:
-                mismatches = resume_mismatches(previous_meta, meta)
-                if mismatches:
-                    raise ValueError(f"--resume: {csv_path} was measured with other settings "
-                                     f"({'; '.join(mismatches)}); write this run to its own --out")
-                earlier = previous_meta.get("earlier_runs", []) + [
-                    {k: previous_meta.get(k) for k in ("command", "date", "git_rev", "device", "versions", "settings",
-                                                       "kernel_env", "cuda", "cudnn")}]
+        # the provenance of the rows kept: checked against this run, then kept
+        earlier = earlier_runs(meta_path, meta, resume_mismatches,
+                               ("command", "date", "git_rev", "device", "versions", "settings", "kernel_env", "cuda",
+                                "cudnn"), csv_path, "--out")
         previous = load_bench([csv_path])
         for _, r in previous.iterrows():
             row = {c: r[c] for c in CSV_COLUMNS}
