@@ -158,6 +158,9 @@ def validate_run(config: RunConfig, runtime: Runtime):
     Fills in `config.data.seq_len` from the task when the preset left it open. Raises ValueError
     for any combination that cannot run. Nothing is written and no data is read.
     """
+    if not runtime.cuda and (isinstance(runtime.devices, list) or runtime.devices == -1):
+        raise ValueError(f"train.devices={config.train.devices}: GPU indices and -1 (all GPUs) need CUDA, which "
+                         "this machine lacks; on the CPU give a number of processes (e.g. --devices 2) or auto")
     dm = build_datamodule(config, runtime)
     spec = DataSpec.from_datamodule(dm)
     if config.data.seq_len is None:

@@ -5,9 +5,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from lra.cli import main
 
+NEEDS_NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="on a CUDA machine these devices are valid")
 BASE = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke"]
 
 
@@ -41,6 +43,10 @@ BASE = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smo
      "train.strategy: unknown Lightning strategy 'bogus'"),
     (["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--resume", "--force"],
      "--resume and --force contradict each other"),
+    pytest.param(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--devices", "-1"],
+                 "train.devices=-1: GPU indices and -1 (all GPUs) need CUDA", marks=NEEDS_NO_CUDA),
+    pytest.param(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--devices", "0,1"],
+                 "train.devices=0,1: GPU indices", marks=NEEDS_NO_CUDA),
 ])
 def test_bad_input_is_one_clear_message_and_exit_2(argv, message, tmp_path, capsys):
     code = main([*argv, "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data")])
