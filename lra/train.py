@@ -161,6 +161,11 @@ def validate_run(config: RunConfig, runtime: Runtime):
     if not runtime.cuda and (isinstance(runtime.devices, list) or runtime.devices == -1):
         raise ValueError(f"train.devices={config.train.devices}: GPU indices and -1 (all GPUs) need CUDA, which "
                          "this machine lacks; on the CPU give a number of processes (e.g. --devices 2) or auto")
+    if (not runtime.cuda and config.attention == "sdpa" and config.attention_options.get("backend") == "flash"
+            and config.model.attention_dropout > 0):
+        raise ValueError(f"attention sdpa with backend=flash runs on the CPU only without attention dropout (PyTorch's "
+                         f"CPU flash kernel has none), but model.attention_dropout={config.model.attention_dropout}; "
+                         "set model.attention_dropout=0 or use backend=math or auto")
     dm = build_datamodule(config, runtime)
     spec = DataSpec.from_datamodule(dm)
     if config.data.seq_len is None:

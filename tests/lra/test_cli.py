@@ -47,6 +47,9 @@ BASE = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smo
                  "train.devices=-1: GPU indices and -1 (all GPUs) need CUDA", marks=NEEDS_NO_CUDA),
     pytest.param(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--devices", "0,1"],
                  "train.devices=0,1: GPU indices", marks=NEEDS_NO_CUDA),
+    pytest.param(["train", "--task", "listops", "--attention", "sdpa", "--preset", "smoke", "--attention.backend",
+                  "flash", "model.attention_dropout=0.1"],
+                 "sdpa with backend=flash runs on the CPU only without attention dropout", marks=NEEDS_NO_CUDA),
 ])
 def test_bad_input_is_one_clear_message_and_exit_2(argv, message, tmp_path, capsys):
     code = main([*argv, "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data")])
