@@ -171,12 +171,6 @@ def _common_flags(q: Tensor, k: Tensor, pt_m: int, pt_n: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 # TMA tensor descriptors (opt-in per pass: PassTiles.loads)
 # ---------------------------------------------------------------------------------------------
-def _interpreting() -> bool:
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(kern.flash_fwd_kernel, InterpretedFunction)
-
-
 def _descriptor_class():
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -200,9 +194,9 @@ def tma_applies(*tensors: Tensor) -> bool:
         if t.dtype not in (torch.float16, torch.bfloat16) or t.dim() != 4:
             return False
         if t.device.type == "cuda":
-            if _interpreting() or torch.cuda.get_device_capability(t.device)[0] != 9:
+            if kern.INTERPRETED or torch.cuda.get_device_capability(t.device)[0] != 9:
                 return False
-        elif not _interpreting():
+        elif not kern.INTERPRETED:
             return False
         size = t.element_size()
         if t.stride(3) != 1:

@@ -777,3 +777,16 @@ def dropout_mask_kernel(OUT, SEED, H, N_Q, N_K, drop_threshold, BLOCK_M: tl.cons
     keep = dropout_keep(tl.load(SEED), pid_bh, rows, pid_n * BLOCK_N, drop_threshold, BLOCK_M, BLOCK_N)
     ptrs = OUT + pid_bh.to(tl.int64) * N_Q * N_K + rows[:, None].to(tl.int64) * N_K + cols[None, :]
     tl.store(ptrs, keep.to(tl.uint8), mask=(rows[:, None] < N_Q) & (cols[None, :] < N_K))
+
+
+def _built_for_interpreter() -> bool:
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # a Triton without this class: the interpreter is on as asked
+        return os.environ.get("TRITON_INTERPRET") == "1"
+    return isinstance(flash_fwd_kernel, InterpretedFunction)
+
+
+# Whether these kernels run in Triton's interpreter (fixed when triton.jit decorated them, by
+# TRITON_INTERPRET=1): the only way they take CPU tensors.
+INTERPRETED = _built_for_interpreter()

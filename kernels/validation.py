@@ -27,21 +27,6 @@ def _describe(t) -> str:
     return f"{type(t).__name__}" if not isinstance(t, torch.Tensor) else f"tensor of shape {tuple(t.shape)}"
 
 
-# whether the attention kernels run in Triton's interpreter (decided when they were decorated, by
-# TRITON_INTERPRET=1): the only way they take CPU tensors
-def _kernels_interpreted() -> bool:
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-    except ImportError:  # a Triton without this class: assume the interpreter is set as asked
-        import os
-
-        return os.environ.get("TRITON_INTERPRET") == "1"
-    return isinstance(triton_attention.flash_fwd_kernel, InterpretedFunction)
-
-
-_INTERPRETED = _kernels_interpreted()
-
-
 def check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale) -> AttentionShape:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -83,7 +68,7 @@ def check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax
         raise ValueError("inputs are on the CPU but CUDA is available, so Triton compiles for the GPU; "
                          "move q, k, v to the GPU (CPU tensors run only through the interpreter, "
                          "TRITON_INTERPRET=1, on machines without CUDA)")
-    if q.device.type == "cpu" and not _INTERPRETED:
+    if q.device.type == "cpu" and not triton_attention.INTERPRETED:
         raise ValueError("inputs are on the CPU, but the kernels were built for the GPU compiler, not Triton's "
                          "interpreter: CPU tensors run only with TRITON_INTERPRET=1 set before kernels is imported")
     if key_padding_mask is not None:
