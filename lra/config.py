@@ -468,23 +468,25 @@ PRECISIONS = ("auto", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true
               "transformer-engine", "transformer-engine-float16", "32", "16", "bf16", "64")
 
 
-def check_devices(value) -> None:
-    """`train.devices` (`--devices`): auto, a count >= 1 (or -1, all), or GPU indices like 0,1."""
+def parse_devices(value) -> object:
+    """`train.devices` (`--devices`) as Lightning's `devices`: "auto", a count >= 1 (or -1, all GPUs),
+    or a list of GPU indices ("0,1"); ValueError for anything else."""
     text = str(value).strip()
     if text == "auto":
-        return
+        return "auto"
     error = ValueError(f"train.devices: expected auto, a count or a list like 0,1; got {value!r}")
     try:
         if "," in text:
             indices = [int(v) for v in text.split(",") if v.strip()]
             if not indices or min(indices) < 0:
                 raise error
-            return
+            return indices
         count = int(text)
     except ValueError:
         raise error from None
     if count == 0 or count < -1:
         raise ValueError(f"train.devices: a count must be >= 1 (or -1 for all devices), got {count}")
+    return count
 
 
 def validate(config: RunConfig) -> None:
@@ -554,7 +556,7 @@ def validate(config: RunConfig) -> None:
                              "(its final lr is lr/25/1e4, as in torch's OneCycleLR); leave it at 0")
     if t.precision not in PRECISIONS:
         raise ValueError(f"train.precision: {t.precision!r} is not one of {', '.join(PRECISIONS)}")
-    check_devices(t.devices)
+    parse_devices(t.devices)
     if t.strategy != "auto":
         from pytorch_lightning.strategies import StrategyRegistry
 

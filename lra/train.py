@@ -35,7 +35,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 from lra import provenance
 from lra.callbacks import (BestAndLastCheckpoint, RngState, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd,
                            save_checkpoint_atomically)
-from lra.config import RunConfig
+from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
 from lra.records import write_record
@@ -98,24 +98,6 @@ def resolve_runtime(config: RunConfig) -> Runtime:
     num_workers = (4 if cuda else 0) if config.data.num_workers is None else config.data.num_workers
     return Runtime(cuda=cuda, precision=precision, compile=compile_model, num_workers=num_workers,
                    devices=parse_devices(t.devices))
-
-
-def parse_devices(value) -> object:
-    """Lightning `devices`: "auto", a count ("2"), or GPU indices ("0,1")."""
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if text == "auto":
-        return "auto"
-    if "," in text:
-        try:
-            return [int(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise ValueError(f"train.devices: expected auto, a count or a list like 0,1; got {value!r}") from None
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"train.devices: expected auto, a count or a list like 0,1; got {value!r}") from None
 
 
 # ---- building -------------------------------------------------------------------------------------

@@ -42,8 +42,8 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from lra.config import (PRESET_DIR, ModelConfig, RunConfig, RunLocation, parse_overrides, read_yaml_mapping,
-                        resolve)
+from lra.config import (PRESET_DIR, ModelConfig, RunConfig, RunLocation, parse_devices, parse_overrides,
+                        read_yaml_mapping, resolve)
 from lra.model import DataSpec, MultiHeadSelfAttention
 from lra.positional import AxialPositionalEmbedding, GridPositionalEmbedding, upsample_axial, upsample_grid
 from lra.records import RECORD_NAME, atomic_write_text, read_record
@@ -649,8 +649,6 @@ def plan_chain(recipe: Recipe, options: ChainOptions, *, from_scratch: bool = Fa
 
 def world_size(config: RunConfig) -> int:
     """Processes a run trains on: devices per node x nodes (`auto`: every visible GPU, else 1)."""
-    from lra.train import parse_devices
-
     devices = parse_devices(config.train.devices)
     if devices == "auto":
         per_node = torch.cuda.device_count() if torch.cuda.is_available() else 1
