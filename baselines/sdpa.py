@@ -37,8 +37,9 @@ SDPA_BACKENDS: dict[str, SDPBackend | None] = {
 CUDA_ONLY_BACKENDS = ("cudnn", "efficient")
 
 
-def sdpa_backend_support(backend: str, device: str | torch.device) -> tuple[bool, str]:
-    """(can run, reason) for one SDPA back-end on one device type, without running anything."""
+def sdpa_backend_support(backend: str, device: str | torch.device, dropout: float = 0.0) -> tuple[bool, str]:
+    """(can run, reason) for one SDPA back-end on one device type (with attention dropout
+    `dropout` in training), without running anything."""
     if backend not in SDPA_BACKENDS:
         return False, f"unknown SDPA backend {backend!r}; valid: {', '.join(SDPA_BACKENDS)}"
     device_type = torch.device(device).type
@@ -49,6 +50,9 @@ def sdpa_backend_support(backend: str, device: str | torch.device) -> tuple[bool
     if backend == "flash":
         if device_type == "cuda":
             return True, "FlashAttention-2 via SDPA; takes no attention mask, so padded batches raise"
+        if dropout > 0:
+            return False, (f"sdpa with backend=flash runs on the CPU only without attention dropout (PyTorch's "
+                           f"CPU flash kernel has none; dropout={dropout}): set it to 0 or use backend=math or auto")
         return True, "PyTorch's CPU flash kernel (accepts key padding)"
     if backend == "cudnn":
         if not torch.backends.cudnn.is_available():

@@ -495,7 +495,7 @@ def presets(name: str) -> dict[str, dict[str, Any]]:
 def can_run(name: str, device: str | torch.device = "cpu", options: dict[str, Any] | None = None) -> tuple[bool, str]:
     """(True, how) if `name` (with `options`) can run on `device` here, else (False, why)."""
     entry = _entry(name)
-    _, opts = _split(name, dict(options or {}))
+    ctx, opts = _split(name, dict(options or {}))
     try:
         device_type = torch.device(device).type
     except (RuntimeError, TypeError) as err:
@@ -503,7 +503,7 @@ def can_run(name: str, device: str | torch.device = "cpu", options: dict[str, An
     if device_type == "cuda" and not torch.cuda.is_available():
         return False, "CUDA requested but torch.cuda.is_available() is False"
     if name == "sdpa":
-        return sdpa_backend_support(opts.backend, device_type)
+        return sdpa_backend_support(opts.backend, device_type, ctx.dropout)
     if not entry.uses_kernels:
         return True, "plain PyTorch: runs on any device"
     try:

@@ -143,16 +143,18 @@ def validate_run(config: RunConfig, runtime: Runtime):
     if not runtime.cuda and (isinstance(runtime.devices, list) or runtime.devices == -1):
         raise ValueError(f"train.devices={config.train.devices}: GPU indices and -1 (all GPUs) need CUDA, which "
                          "this machine lacks; on the CPU give a number of processes (e.g. --devices 2) or auto")
-    if (not runtime.cuda and config.attention == "sdpa" and config.attention_options.get("backend") == "flash"
-            and config.model.attention_dropout > 0):
-        raise ValueError(f"attention sdpa with backend=flash runs on the CPU only without attention dropout (PyTorch's "
-                         f"CPU flash kernel has none), but model.attention_dropout={config.model.attention_dropout}; "
-                         "set model.attention_dropout=0 or use backend=math or auto")
     dm = build_datamodule(config, runtime)
     spec = DataSpec.from_datamodule(dm)
     if config.data.seq_len is None:
         config.data.seq_len = spec.max_len
     check_attention(config, spec.max_len + (1 if config.model.pooling == "cls" else 0))
+    from lra import attention
+
+    # an attention that cannot run here with these settings (a back-end, the kernels' interpreter): before the run
+    ok, why = attention.can_run(config.attention, "cuda" if runtime.cuda else "cpu",
+                                {**config.attention_options, "dropout": config.model.attention_dropout})
+    if not ok:
+        raise ValueError(f"attention {config.attention!r} cannot run here: {why}")
     return dm, spec
 
 
