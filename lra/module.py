@@ -15,7 +15,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lra.config import RunConfig
-from lra.model import DataSpec, build_model, count_parameters
+from lra.model import DataSpec, Encoder, build_model, count_parameters
 
 
 def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str,
@@ -61,8 +61,6 @@ def split_weight_decay(model: nn.Module) -> tuple[list, list]:
 
     The pixel embedding `model.pixel_embedding=linear` is an `nn.Linear(1, dim)` but an embedding
     (the vector a pixel intensity scales), so it does not decay either."""
-    from lra.model import Encoder
-
     embeddings = {id(m.embed.weight) for m in model.modules() if isinstance(m, Encoder)}
     decay_ids = {id(m.weight) for m in model.modules()
                  if isinstance(m, nn.Linear) and id(m.weight) not in embeddings}
