@@ -230,6 +230,12 @@ def _backward(x2, weight, mean, rstd, dy2, need_dx: bool, need_dw: bool, need_db
     n_tiles = triton.cdiv(n_rows, block_rows)
     programs = bwd_programs(x2.device, n_tiles)
     dx = torch.empty_like(x2) if need_dx else None
+    if need_dx and d == 1:
+        # One column: y = b whatever x is, so dx is exactly 0. The kernel would give rounding noise
+        # times rstd = 1/sqrt(eps) there: on the GPU the compiler contracts g - mean(g) into an FMA
+        # (dy * w - c2 with an unrounded product), off by an ulp of g (seen on the H200, session 12).
+        dx.zero_()
+        need_dx = False
     dw_part = torch.empty((programs, d), dtype=torch.float32, device=x2.device) if need_dw else None
     db_part = torch.empty((programs, d), dtype=torch.float32, device=x2.device) if need_db else None
     layer_norm_bwd_kernel[(programs,)](

@@ -224,6 +224,25 @@ def rewind_train_loader(trainer: pl.Trainer, done: int) -> None:
         loader.load_state_dict({"epoch": epoch, "batches_done": done})
 
 
+def rebase_checkpoint_state(state: dict, old_dir: str, new_dir: str) -> dict:
+    """A ModelCheckpoint state dict with the files directly under `old_dir` named under `new_dir`
+    (best_k_models' keys and the best / kth / last paths) and dirpath `new_dir`; other paths unchanged."""
+    old_dir = os.path.normpath(old_dir)
+
+    def move(path):
+        if isinstance(path, str) and path and os.path.dirname(os.path.normpath(path)) == old_dir:
+            return os.path.join(new_dir, os.path.basename(path))
+        return path
+
+    state = dict(state, dirpath=new_dir)
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        if key in state:
+            state[key] = move(state[key])
+    if isinstance(state.get("best_k_models"), dict):
+        state["best_k_models"] = {move(path): score for path, score in state["best_k_models"].items()}
+    return state
+
+
 class BestAndLastCheckpoint(ModelCheckpoint):
     """The best checkpoint by the monitored metric (Lightning's top-k logic) and `last.ckpt` after
     every validation of a fit.
@@ -243,6 +262,18 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         # a plain ModelCheckpoint's key: run trees saved before this class resume with their best-k
         # state, and readers of a checkpoint's callback states find it under the usual name
         return super().state_key.replace(type(self).__qualname__, "ModelCheckpoint", 1)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Lightning's restore, also for a run tree that was moved (copied to another machine or
+        folder: its saved dirpath is absolute). Lightning then restores only `best_model_path` and
+        forgets the best score, so the first validation after the resume became "best" whatever its
+        accuracy and the old best file stayed beside it (session 12: a Path-X run resumed on a fresh
+        device checkout kept best-step1000.ckpt and wrote best-step1800.ckpt at equal accuracy).
+        Paths inside the saved dirpath are moved to this one, so the best-k state carries over."""
+        saved = state_dict.get("dirpath")
+        if saved and self.dirpath and saved != self.dirpath:
+            state_dict = rebase_checkpoint_state(state_dict, saved, self.dirpath)
+        super().load_state_dict(state_dict)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)

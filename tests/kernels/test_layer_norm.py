@@ -66,6 +66,17 @@ def test_forward_backward_match_float64_reference(rows, d, dtype):
     _check(*_inputs(rows, d, dtype, seed=rows + d))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_column_input_gradient_is_exactly_zero(dtype):
+    """D = 1: y = b whatever x is, so dx is exactly 0 (F.layer_norm's too). On the H200 the kernel
+    gave |dx| ~ ulp(dy * w) / sqrt(eps) there (the compiler fused g - mean(g) into an FMA)."""
+    x, w, b = _inputs(300, 1, dtype, seed=3)
+    y = layer_norm(x, w, b, 1e-5)
+    y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(y.device, y.dtype))
+    assert torch.equal(x.grad, torch.zeros_like(x)), x.grad.abs().max()
+    assert torch.equal(w.grad, torch.zeros_like(w)) and torch.isfinite(b.grad).all()
+
+
 def test_tiles_and_grid_stride_cover_ragged_rows():
     """Rows not a multiple of the tile; more tiles than backward programs (each program loops)."""
     d = 64

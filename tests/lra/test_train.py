@@ -192,6 +192,36 @@ def test_resume_after_interruption_repeats_no_step(tmp_path, data_dir):
     assert load(config.run_dir() / "result.json")["status"] == "completed"
 
 
+def test_a_moved_run_tree_resumes_with_its_best_checkpoint_state(tmp_path, data_dir):
+    """A run tree copied elsewhere (another machine's checkout: the saved checkpoint dirpath is
+    absolute) keeps its best score on resume: one best-*.ckpt afterwards, the best of the whole
+    run, and last.ckpt names it. Lightning alone forgot the score there, so the first validation
+    after the resume became "best" whatever its accuracy and the old best file stayed beside it."""
+    import shutil
+
+    def config_in(runs):
+        return resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=runs, data_dir=data_dir,
+                       overrides=[*FAST, "train.max_steps=12", "train.val_check_interval=3"])
+
+    first = config_in(tmp_path / "a")
+    with pytest.raises(RunFailed):
+        train(first, callbacks=[Crash(7, RuntimeError("machine lost"))], progress_bar=False)
+    shutil.move(str(tmp_path / "a"), str(tmp_path / "b"))
+    moved = config_in(tmp_path / "b")
+    rec = train(moved, resume=True, progress_bar=False)
+    assert rec["status"] == "completed"
+    ckpts = moved.run_dir() / "checkpoints"
+    best = sorted(ckpts.glob("best-*.ckpt"))
+    assert len(best) == 1, best
+    state = torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)
+    mc = next(v for k, v in state["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    assert Path(mc["best_model_path"]) == best[0] and Path(mc["dirpath"]) == ckpts.resolve()
+    curve = rec["val_acc_curve"]
+    top = max(p["val_acc"] for p in curve)
+    first_top = next(p["step"] for p in curve if p["val_acc"] == top)
+    assert best[0].name == f"best-step{first_top}.ckpt", (best[0].name, curve)
+
+
 def test_ctrl_c_saves_the_step_and_records_the_interruption(tmp_path, data_dir):
     config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
                      overrides=FAST)
