@@ -329,6 +329,11 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         # loaded when a fresh fit starts. A resumed run restores its own weights from last.ckpt, so
         # the initial checkpoint may be absent then (a run tree carried to another machine without
         # it); the path stays in the config, and so in the run id.
+        if resume and resume_from is None and not Path(config.train.init_from).exists():
+            raise ValueError(
+                f"--init-from {config.train.init_from}: no such file, and no interrupted run to resume in "
+                f"{run_dir}. The --init-from path is part of the run id: to resume a run started from "
+                "another path, pass that path exactly as before (the file itself is not read on a resume)")
         if resume_from is None or Path(config.train.init_from).exists():
             check_compatible(read_checkpoint(config.train.init_from), config.model, spec)
         elif rank0:

@@ -590,6 +590,14 @@ def test_a_run_started_from_a_checkpoint_resumes_without_it(tmp_path, capsys, mo
     assert main(fresh) == 2
     assert "p16.ckpt" in capsys.readouterr().err
 
+    # --resume naming the checkpoint by another path (session 12: a device call did): a new run id,
+    # nothing to resume there -- the error says the path is part of the id
+    moved = tmp_path / "elsewhere" / "p16.ckpt"
+    assert main([*common[:-3], str(moved), *common[-2:], "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "part of the run id" in err and str(moved) in err, err
+    assert list((tmp_path / "runs").glob("**/result.json")) == [record_path]
+
 
 def resolve_smoke_model() -> ModelConfig:
     from lra.config import resolve
