@@ -29,11 +29,13 @@
 #              carry=[".keep/runs9"])
 #   here:  cat <files_at>/pathx_transfer_runs.tar.gz.part-* | tar xz -C .keep/runs9
 # CPU check: the pathfinder64 dry run above, then the same line with TARGET=pathx.
-# Continuing session 10's Path-X runs (steps 1,649 / 1,652 of 15,000; their trees, 55 MB, are in
-# .keep/pathx10 -- carrying .keep/runs9 beside them would pass the 64 MiB a call takes):
-#   call:  run(command="OUT=$OUT TARGET=pathx INIT=.keep/runs9/T1_pf64_from_pf32/pathfinder64/flash/paper-n4096-s0-89fba98d/checkpoints/best-step10500.ckpt RUNS=.keep/pathx10 LRA_GIT_REV=<rev> DEADLINE=575 bash scripts/h200/pathfinder64_transfer.sh",
-#              carry=[".keep/pathx10"])
-#   here:  cat <files_at>/pathx_transfer_runs.tar.gz.part-* | tar xz -C .keep/pathx10
+# Continuing the Path-X runs (session 12: X1 at step 3,462, X2 at 5,916 of 15,000; their trees, 40 MB,
+# are in .keep/pathx12 -- carrying .keep/runs9 beside them would pass the 64 MiB a call takes). Always
+# carry the trees (the device removes un-carried ignored folders between calls) and name the *same*
+# INIT as when X1 started (its path is part of X1's run id; the file is not read on a resume):
+#   call:  run(command="OUT=$OUT TARGET=pathx INIT=.keep/runs9/T1_pf64_from_pf32/pathfinder64/flash/paper-n4096-s0-89fba98d/checkpoints/best-step10500.ckpt RUNS=.keep/pathx12 LRA_GIT_REV=<rev> DEADLINE=575 bash scripts/h200/pathfinder64_transfer.sh",
+#              carry=[".keep/pathx12"])
+#   here:  cat <files_at>/pathx_transfer_runs.tar.gz.part-* | tar xz -C .keep/pathx12
 TARGET=${TARGET:-pathfinder64}
 case $TARGET in
   pathfinder64) RECIPE=pathfinder64_transfer ;;
