@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue #8), prepared in session 10, not run yet: does our Triton LayerNorm
+# Device call (issue #8), prepared in session 10, run in session 12 (results/models/session12/): does our Triton LayerNorm
 # (kernels/layer_norm.py) take PyTorch's 3.2 ms of LayerNorm out of the eager paper-batch step?
 # Session 10's profile (results/models/session10/) put PyTorch's LayerNorm at 29 % of flash's 11.0 ms
 # GPU step at 1K (flash 3.08x the eager softmax Transformer there; issue #8 asks 3.5x).
