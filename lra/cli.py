@@ -12,7 +12,7 @@ import sys
 import threading
 
 # Order is the order `lra --help` lists them in.
-COMMANDS = ("info", "data", "train", "sweep", "bench", "table", "plot", "transfer")
+COMMANDS = ("info", "data", "train", "eval", "sweep", "bench", "table", "plot", "transfer")
 
 
 def build_parser() -> argparse.ArgumentParser:

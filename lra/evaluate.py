@@ -1,0 +1,150 @@
+"""Evaluate a saved checkpoint of an `lra train` run on its task's test or validation split.
+
+A run writes its test accuracy only when it completes (on its best-validation checkpoint). A run
+stopped early — a long Path-X fine-tune between device calls, a sweep cut short — or a checkpoint
+worth a second look (its last one, another attention with the same weights, more evaluation
+examples) is evaluated here without touching the run: the run folder's `config.yaml` rebuilds the
+model and data exactly as trained, the checkpoint's weights are loaded, and Lightning's
+`Trainer.test` / `Trainer.validate` runs the split.
+
+    lra eval runs/pathx/flash/<run-id>                       # its best checkpoint, test split
+    lra eval <run>/checkpoints/last.ckpt --split val
+    lra eval <run> --attention sdpa                          # the same weights with another exact attention
+
+`--attention` swaps only among the exact dense attentions (`flash`, `sdpa`, `softmax` compute the
+same function with the same weights): e.g. a `flash` run evaluated with `sdpa` on a machine without
+a GPU. Any other change (an approximation, a sparsity pattern) would evaluate a different model.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+import torch
+import yaml
+
+from lra.config import RunConfig
+
+SPLITS = ("test", "val")
+# attentions that compute the same function with the same weights (dense, exact softmax attention)
+INTERCHANGEABLE = ("flash", "sdpa", "softmax")
+
+
+def locate(target: str | Path, which: str = "best") -> tuple[Path, Path]:
+    """(run folder, checkpoint) for a run folder (its `which` checkpoint: best or last) or for a
+    checkpoint file inside a run's `checkpoints/`."""
+    from lra.transfer import stage_checkpoint
+
+    path = Path(target)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such run folder or checkpoint")
+    if path.is_dir():
+        run_dir = path
+        _config_file(run_dir)
+        return run_dir, stage_checkpoint(run_dir, which)
+    if path.suffix != ".ckpt":
+        raise ValueError(f"{path}: give a run folder (with config.yaml) or a .ckpt file in its checkpoints/")
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    _config_file(run_dir, checkpoint=path)
+    return run_dir, path
+
+
+def _config_file(run_dir: Path, checkpoint: Path | None = None) -> Path:
+    config_file = run_dir / "config.yaml"
+    if not config_file.is_file():
+        what = f"checkpoint {checkpoint} is not" if checkpoint else f"{run_dir} is not"
+        raise FileNotFoundError(f"{what} inside a run folder of `lra train` ({config_file} is missing: "
+                                "it holds the model and data settings the evaluation rebuilds)")
+    return config_file
+
+
+def run_config(run_dir: Path) -> RunConfig:
+    """The run's RunConfig, from its config.yaml."""
+    config_file = _config_file(run_dir)
+    try:
+        saved = yaml.safe_load(config_file.read_text())
+        return RunConfig.from_dict(saved["config"])
+    except (yaml.YAMLError, KeyError, TypeError) as err:
+        raise ValueError(f"{config_file}: not a config written by `lra train` ({type(err).__name__}: {err})") from None
+
+
+def load_weights(module: torch.nn.Module, checkpoint: Path) -> int:
+    """The checkpoint's model weights into `module` (the LightningModule); returns the checkpoint's
+    global step. Missing or unexpected tensors are one ValueError naming them."""
+    try:
+        raw = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - zip / pickle / truncation errors all mean "not readable"
+        raise ValueError(f"{checkpoint} is not a readable checkpoint ({type(err).__name__}: {err})") from None
+    if not isinstance(raw, dict) or "state_dict" not in raw:
+        raise ValueError(f"{checkpoint} is not a Lightning checkpoint of `lra train` (no state_dict)")
+    missing, unexpected = module.load_state_dict(raw["state_dict"], strict=False)
+    if missing or unexpected:
+        parts = [f"missing {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}" if missing else "",
+                 f"unexpected {', '.join(unexpected[:6])}{' ...' if len(unexpected) > 6 else ''}" if unexpected else ""]
+        raise ValueError(f"{checkpoint} does not fit the model of its run's config.yaml "
+                         f"({'; '.join(p for p in parts if p)})")
+    return int(raw.get("global_step", -1))
+
+
+def evaluate(target: str | Path, *, which: str = "best", split: str = "test", attention: str | None = None,
+             data_dir: str | None = None, limit: int | None = None, batch_size: int | None = None,
+             devices: str | None = None, compile: bool | None = None, progress_bar: bool | None = None) -> dict:
+    """Evaluate one checkpoint; returns a dict: run, checkpoint, step, split, examples, accuracy, loss,
+    task, attention (the one evaluated), trained_attention, device, date."""
+    from lra import provenance
+    from lra.train import _OWN_CHECKPOINT, _progress_bar_wanted, _quiet_known_noise, prepare, resolve_runtime
+
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: use one of {', '.join(SPLITS)}")
+    if which not in ("best", "last"):
+        raise ValueError(f"checkpoint {which!r}: use best or last")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit {limit}: give a positive number of examples")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"--batch-size {batch_size}: give a positive number")
+    _quiet_known_noise()
+    run_dir, checkpoint = locate(target, which)
+    config = run_config(run_dir)
+    trained_attention = config.attention
+    if attention and attention != config.attention:
+        if attention not in INTERCHANGEABLE or config.attention not in INTERCHANGEABLE:
+            raise ValueError(f"--attention {attention}: the run trained {config.attention!r}; only the exact dense "
+                             f"attentions ({', '.join(INTERCHANGEABLE)}) can stand in for each other")
+        config.attention = attention
+        config.attention_options = {}
+    if data_dir is not None:
+        config.data.data_dir = data_dir
+    if limit is not None:
+        config.data.limit_eval = limit
+    if batch_size is not None:
+        config.train.batch_size = batch_size
+    if compile is not None:
+        config.train.compile = compile
+    config.train.devices = devices or "1"
+    config.train.init_from = None
+
+    runtime = resolve_runtime(config)
+    dm, module, spec = prepare(config, runtime)
+    step = load_weights(module, checkpoint)
+
+    import pytorch_lightning as pl
+
+    trainer = pl.Trainer(accelerator="gpu" if runtime.cuda else "cpu", devices=runtime.devices,
+                         num_nodes=config.train.num_nodes, strategy=config.train.strategy or "auto",
+                         precision=runtime.precision, logger=False, enable_checkpointing=False,
+                         enable_model_summary=False, enable_progress_bar=_progress_bar_wanted(progress_bar))
+    run = trainer.test if split == "test" else trainer.validate
+    results = run(module, datamodule=dm, verbose=False, **_OWN_CHECKPOINT)
+    metrics = results[0] if results else {}
+    loaders = trainer.test_dataloaders if split == "test" else trainer.val_dataloaders
+    loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+    examples = len(loader.dataset)
+    return {
+        "run": str(run_dir), "checkpoint": str(checkpoint), "step": step, "split": split,
+        "examples": examples, "accuracy": float(metrics[f"{split}/acc"]), "loss": float(metrics[f"{split}/loss"]),
+        "task": config.task, "attention": config.attention, "trained_attention": trained_attention,
+        "seq_len": config.data.seq_len, "precision": runtime.precision, "device": provenance.device_name(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "config_overrides": {k: v for k, v in {"attention": attention, "data_dir": data_dir, "limit": limit,
+                                               "batch_size": batch_size}.items() if v is not None},
+    }
