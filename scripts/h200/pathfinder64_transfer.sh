@@ -106,6 +106,15 @@ if (( NGPU >= 2 )); then run_lanes lane0 lane1
 else (export CUDA_VISIBLE_DEVICES=$ONE_GPU; lane0 & lane1 & wait) > "$WORK/lane0.log" 2>&1
 fi
 
+# each lane's best checkpoint on the test split (`lra eval`; the runs are unfinished, so their records
+# carry no test accuracy yet): eager, a few seconds
+for name in "${LANE_RUNS[@]}"; do
+  run_dir=$(dirname "$(find "$RUNS/$name" -name config.yaml 2>/dev/null | head -1)")
+  [[ -d $run_dir/checkpoints ]] || continue
+  timeout -k 5 "$(left 5)" python3 -m lra eval "$run_dir" --split test --no-compile --no-progress \
+      --data-dir "$DATA" --out "$WORK/test_$name.json" > "$WORK/test_$name.log" 2>&1
+  say "$name: $(tail -2 "$WORK/test_$name.log" | head -1)"
+done
 for name in "${LANE_RUNS[@]}"; do
   collect_results "$RUNS/$name"
   join_metrics "$RUNS/$name" "$WORK/metrics_$name.csv"
