@@ -90,7 +90,8 @@ def evaluate(target: str | Path, *, which: str = "best", split: str = "test", at
              data_dir: str | None = None, limit: int | None = None, batch_size: int | None = None,
              devices: str | None = None, compile: bool | None = None, progress_bar: bool | None = None) -> dict:
     """Evaluate one checkpoint; returns a dict: run, checkpoint, step, split, examples, accuracy, loss,
-    task, attention (the one evaluated), trained_attention, device, date."""
+    task, attention (the one evaluated), trained_attention, seq_len, precision, device, versions,
+    git_rev, date, config_overrides."""
     from lra import provenance
     from lra.train import _OWN_CHECKPOINT, _progress_bar_wanted, _quiet_known_noise, prepare, resolve_runtime
 
@@ -144,6 +145,7 @@ def evaluate(target: str | Path, *, which: str = "best", split: str = "test", at
         "examples": examples, "accuracy": float(metrics[f"{split}/acc"]), "loss": float(metrics[f"{split}/loss"]),
         "task": config.task, "attention": config.attention, "trained_attention": trained_attention,
         "seq_len": config.data.seq_len, "precision": runtime.precision, "device": provenance.device_name(),
+        "versions": provenance.versions(), "git_rev": provenance.git_revision(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "config_overrides": {k: v for k, v in {"attention": attention, "data_dir": data_dir, "limit": limit,
                                                "batch_size": batch_size}.items() if v is not None},

@@ -67,6 +67,7 @@ def test_cli_prints_and_writes_json(finished_run, tmp_path, capsys):
     assert "listops/softmax test accuracy" in printed and "on 24 examples" in printed
     saved = json.loads(out.read_text())
     assert saved["accuracy"] == pytest.approx(record["test_acc"], abs=1e-6) and saved["run"] == str(run_dir)
+    assert saved["versions"]["torch"] == torch.__version__ and saved["git_rev"] and saved["date"]
 
 
 def test_bad_targets_are_clear_errors(finished_run, tmp_path, capsys):
