@@ -55,6 +55,7 @@ kernel; ``triton`` -- always the kernel, also on CPU (there it needs the interpr
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -175,6 +176,7 @@ def layer_norm_bwd_kernel(X, W, DY, DX, MEAN, RSTD, DW_PART, DB_PART, n_rows, D,
         tl.store(DB_PART + pid * D + cols, tl.sum(db_acc, axis=0), mask=col_mask)
 
 
+@functools.lru_cache(maxsize=256)  # per call it cost ~20 us of host time (triton's helpers are JIT functions)
 def tile_config(d: int, tile: int = FWD_TILE, per_thread: int = 32) -> tuple[int, int, int]:
     """(BLOCK_D, BLOCK_ROWS, num_warps) for rows of width ``d``: a tile of ~``tile`` elements (at
     least one row), and warps for ~``per_thread`` elements per thread (4 to 16 warps)."""
@@ -192,6 +194,11 @@ def fwd_config(d: int) -> tuple[int, int, int]:
 def bwd_config(d: int) -> tuple[int, int, int]:
     """The backward's: ~2K-element tiles, 16 elements a thread (see the module docstring)."""
     return tile_config(d, BWD_TILE, 16)
+
+
+def _cdiv(a: int, b: int) -> int:
+    """ceil(a / b) in plain integers (``triton.cdiv`` is a JIT function, slow to call from Python)."""
+    return -(-a // b)
 
 
 _SM_COUNT: dict = {}
@@ -216,7 +223,7 @@ def _forward(x2: torch.Tensor, weight, bias, eps: float, out_dtype: torch.dtype)
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
     block_d, block_rows, warps = fwd_config(d)
-    grid = (triton.cdiv(n_rows, block_rows),)
+    grid = (_cdiv(n_rows, block_rows),)
     layer_norm_fwd_kernel[grid](
         x2, weight if weight is not None else x2, bias if bias is not None else x2, y, mean, rstd,
         n_rows, d, eps, HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_ROWS=block_rows,
@@ -227,7 +234,7 @@ def _forward(x2: torch.Tensor, weight, bias, eps: float, out_dtype: torch.dtype)
 def _backward(x2, weight, mean, rstd, dy2, need_dx: bool, need_dw: bool, need_db: bool):
     n_rows, d = x2.shape
     block_d, block_rows, warps = bwd_config(d)
-    n_tiles = triton.cdiv(n_rows, block_rows)
+    n_tiles = _cdiv(n_rows, block_rows)
     programs = bwd_programs(x2.device, n_tiles)
     dx = torch.empty_like(x2) if need_dx else None
     if need_dx and d == 1:
