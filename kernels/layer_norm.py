@@ -67,6 +67,8 @@ import triton.language as tl
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .tiles import cdiv
+
 ENV = "LRA_LAYER_NORM"
 MODES = ("auto", "torch", "triton")
 MAX_D = 8192            # widest row the kernels take; wider rows go to F.layer_norm
@@ -196,11 +198,6 @@ def bwd_config(d: int) -> tuple[int, int, int]:
     return tile_config(d, BWD_TILE, 16)
 
 
-def _cdiv(a: int, b: int) -> int:
-    """ceil(a / b) in plain integers (``triton.cdiv`` is a JIT function, slow to call from Python)."""
-    return -(-a // b)
-
-
 _SM_COUNT: dict = {}
 
 
@@ -223,7 +220,7 @@ def _forward(x2: torch.Tensor, weight, bias, eps: float, out_dtype: torch.dtype)
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
     block_d, block_rows, warps = fwd_config(d)
-    grid = (_cdiv(n_rows, block_rows),)
+    grid = (cdiv(n_rows, block_rows),)
     layer_norm_fwd_kernel[grid](
         x2, weight if weight is not None else x2, bias if bias is not None else x2, y, mean, rstd,
         n_rows, d, eps, HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_ROWS=block_rows,
@@ -234,7 +231,7 @@ def _forward(x2: torch.Tensor, weight, bias, eps: float, out_dtype: torch.dtype)
 def _backward(x2, weight, mean, rstd, dy2, need_dx: bool, need_dw: bool, need_db: bool):
     n_rows, d = x2.shape
     block_d, block_rows, warps = bwd_config(d)
-    n_tiles = _cdiv(n_rows, block_rows)
+    n_tiles = cdiv(n_rows, block_rows)
     programs = bwd_programs(x2.device, n_tiles)
     dx = torch.empty_like(x2) if need_dx else None
     if need_dx and d == 1:

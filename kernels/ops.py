@@ -67,7 +67,7 @@ import triton
 from torch.autograd.function import once_differentiable
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
-from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, padded_head_dim
+from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, cdiv, padded_head_dim
 
 Tensor = torch.Tensor
 
@@ -125,11 +125,6 @@ def _grid(n_rows: int, bh: int, sparse: bool) -> tuple[int, ...]:
     """Dense: (tile rows, batch * heads). Block-sparse: one flat axis that the kernels map onto
     (tile row, batch * head) in longest-processing-time-first order (``_program_tile``)."""
     return (n_rows * bh,) if sparse else (n_rows, bh)
-
-
-def _cdiv(a: int, b: int) -> int:
-    """ceil(a / b); plain integer arithmetic (``triton.cdiv`` is a JIT function, slow to call from Python)."""
-    return -(-a // b)
 
 
 @functools.lru_cache(maxsize=64)
@@ -304,7 +299,7 @@ def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Op
     pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
     sparse = fwd_indices is not None
     drop_threshold, drop_scale = _dropout_args(dropout_p)
-    grid = _grid(_cdiv(n_q, t.block_m), B * H, sparse)
+    grid = _grid(cdiv(n_q, t.block_m), B * H, sparse)
     ws = warp_spec_applies("fwd", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
                            even_n=n_k % t.block_n == 0)
     descs, tma_flags = _descriptors(t, (q, k, v), ws, traced=launch is not _direct)
@@ -378,7 +373,7 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     if grad_lse is not None:
         grad_lse = grad_lse.contiguous()
     pre_m = 64
-    launch(kern.flash_bwd_preprocess_kernel)[(_cdiv(n_q, pre_m), B * H)](
+    launch(kern.flash_bwd_preprocess_kernel)[(cdiv(n_q, pre_m), B * H)](
         out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2,
         *_s4(out), *_s4(grad_out), H, n_q, d,
         BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None,
@@ -388,7 +383,7 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     ws = warp_spec_applies("dkdv", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
                            even_n=n_k % t.block_n == 0)
     descs, tma_flags = _descriptors(t, (q, k, v, grad_out), ws, traced=traced)
-    launch(kern.flash_bwd_dkdv_kernel)[_grid(_cdiv(n_k, t.block_n), B * H, sparse)](
+    launch(kern.flash_bwd_dkdv_kernel)[_grid(cdiv(n_k, t.block_n), B * H, sparse)](
         q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, lse2, delta, pad, seed_arg,
         dkdv_indices if sparse else q, dkdv_counts if sparse else q, *descs,
         *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dk), *_s4(dv), *pad_strides,
@@ -402,7 +397,7 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     t = all_tiles.dq
     descs, tma_flags = _descriptors(t, (q, k, v, grad_out), False, traced=traced)  # see warp_spec_applies
-    launch(kern.flash_bwd_dq_kernel)[_grid(_cdiv(n_q, t.block_m), B * H, sparse)](
+    launch(kern.flash_bwd_dq_kernel)[_grid(cdiv(n_q, t.block_m), B * H, sparse)](
         q, k, v, grad_out, dq, lse2, delta, pad, seed_arg,
         dq_indices if sparse else q, dq_counts if sparse else q, *descs,
         *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,

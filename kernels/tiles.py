@@ -38,6 +38,12 @@ LOADS_TMA_WS = 2  # TMA plus warp specialisation of the unmasked inner loop (pro
 LOADS_NAMES = {LOADS_POINTERS: "ptr", LOADS_TMA: "tma", LOADS_TMA_WS: "tma+ws"}
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) in plain integers: the tile count of a grid axis (``triton.cdiv`` is a JIT
+    function, slow to call from Python on every launch)."""
+    return -(-a // b)
+
+
 @dataclasses.dataclass(frozen=True)
 class PassTiles:
     block_m: int

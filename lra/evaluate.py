@@ -39,9 +39,8 @@ def locate(target: str | Path, which: str = "best") -> tuple[Path, Path]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such run folder or checkpoint")
     if path.is_dir():
-        run_dir = path
-        _config_file(run_dir)
-        return run_dir, stage_checkpoint(run_dir, which)
+        _config_file(path)
+        return path, stage_checkpoint(path, which)
     if path.suffix != ".ckpt":
         raise ValueError(f"{path}: give a run folder (with config.yaml) or a .ckpt file in its checkpoints/")
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
@@ -59,8 +58,8 @@ def _config_file(run_dir: Path, checkpoint: Path | None = None) -> Path:
 
 
 def run_config(run_dir: Path) -> RunConfig:
-    """The run's RunConfig, from its config.yaml."""
-    config_file = _config_file(run_dir)
+    """The run's RunConfig, from its config.yaml (`locate` checked that it is there)."""
+    config_file = run_dir / "config.yaml"
     try:
         saved = yaml.safe_load(config_file.read_text())
         return RunConfig.from_dict(saved["config"])
@@ -93,7 +92,7 @@ def evaluate(target: str | Path, *, which: str = "best", split: str = "test", at
     task, attention (the one evaluated), trained_attention, seq_len, precision, device, versions,
     git_rev, date, config_overrides."""
     from lra import provenance
-    from lra.train import _OWN_CHECKPOINT, _progress_bar_wanted, _quiet_known_noise, prepare, resolve_runtime
+    from lra.train import _progress_bar_wanted, _quiet_known_noise, prepare, resolve_runtime
 
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: use one of {', '.join(SPLITS)}")
@@ -135,7 +134,7 @@ def evaluate(target: str | Path, *, which: str = "best", split: str = "test", at
                          precision=runtime.precision, logger=False, enable_checkpointing=False,
                          enable_model_summary=False, enable_progress_bar=_progress_bar_wanted(progress_bar))
     run = trainer.test if split == "test" else trainer.validate
-    results = run(module, datamodule=dm, verbose=False, **_OWN_CHECKPOINT)
+    results = run(module, datamodule=dm, verbose=False)   # the weights are loaded: no ckpt_path
     metrics = results[0] if results else {}
     loaders = trainer.test_dataloaders if split == "test" else trainer.val_dataloaders
     loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders

@@ -154,7 +154,7 @@ class _Running:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.runs: dict = {}   # label -> (log path, gpu, start time)
+        self.runs: dict = {}   # label -> (run, log path, gpu, start time)
 
     def start(self, run, log_path, gpu) -> None:
         with self.lock:
