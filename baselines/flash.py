@@ -92,6 +92,7 @@ class FlashAttention(nn.Module):
     def __init__(self, dropout: float = 0.0):
         super().__init__()
         self._attention = _kernel_function("flash_attention")
+        self._attention_packed = _kernel_function("flash_attention_qkvpacked")
         self.dropout = float(dropout)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
@@ -99,6 +100,13 @@ class FlashAttention(nn.Module):
         _check_device("flash attention", q)
         dropout_p = self.dropout if self.training else 0.0
         return self._attention(q, k, v, key_padding_mask=key_padding_mask, dropout_p=dropout_p)
+
+    def forward_packed(self, qkv: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Self-attention of a packed (B, N, 3, H, d) QKV tensor -> (B, N, H, d); see
+        :func:`kernels.flash_attention_qkvpacked` (the model prefers this form when a core has it)."""
+        _check_device("flash attention", qkv)
+        dropout_p = self.dropout if self.training else 0.0
+        return self._attention_packed(qkv, key_padding_mask=key_padding_mask, dropout_p=dropout_p)
 
     def extra_repr(self) -> str:
         return f"dropout={self.dropout}"
@@ -178,6 +186,7 @@ class BlockSparseFlashAttention(nn.Module):
         if block_size < 1:
             raise ValueError(f"flash_sparse: block_size must be >= 1, got {block_size}")
         self._attention = _kernel_function("block_sparse_flash_attention")
+        self._attention_packed = _kernel_function("block_sparse_flash_attention_qkvpacked")
         kernels = import_kernels()
         self.layout_name = layout
         self.block_size = int(block_size)
@@ -247,6 +256,17 @@ class BlockSparseFlashAttention(nn.Module):
         return self._attention(
             q, k, v, layout, block_size=self.block_size, key_padding_mask=key_padding_mask, dropout_p=dropout_p
         )
+
+    def forward_packed(self, qkv: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Self-attention of a packed (B, N, 3, H, d) QKV tensor -> (B, N, H, d); see
+        :func:`kernels.block_sparse_flash_attention_qkvpacked`."""
+        if qkv.dim() != 5:
+            raise ValueError(f"flash_sparse attention: qkv must have shape (B, N, 3, H, d), got {tuple(qkv.shape)}")
+        _check_device("flash_sparse attention", qkv)
+        layout = self._kernel_layout(qkv.shape[1])
+        dropout_p = self.dropout if self.training else 0.0
+        return self._attention_packed(qkv, layout, block_size=self.block_size, key_padding_mask=key_padding_mask,
+                                      dropout_p=dropout_p)
 
     def extra_repr(self) -> str:
         return (

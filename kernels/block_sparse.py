@@ -45,7 +45,7 @@ from . import layouts as _layouts
 from . import ops
 from .dropout import draw_seed
 from .tiles import Tiles, select
-from .validation import check_attention_inputs
+from .validation import check_attention_inputs, check_packed_qkv
 
 SUPPORTED_BLOCK_SIZES = (16, 32, 64, 128, 256)
 
@@ -270,6 +270,26 @@ def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     (its block size must equal ``block_size``). A query row that sees no allowed key returns zeros
     (zero gradient, no NaN). ``block_size`` in {16, 32, 64, 128, 256}.
     """
+    scale, dropout_p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
+                                                    softmax_scale)
+    out, _lse = ops.attention(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale, tiles)
+    return out
+
+
+def block_sparse_flash_attention_qkvpacked(qkv: torch.Tensor, layout, *, block_size: int = 128,
+                                           key_padding_mask: torch.Tensor | None = None, causal: bool = False,
+                                           dropout_p: float = 0.0, softmax_scale: float | None = None) -> torch.Tensor:
+    """:func:`block_sparse_flash_attention` of q, k, v packed in one (B, N, 3, H, d) tensor, returning
+    (B, N, H, d); the packed form of :func:`kernels.flash_attention_qkvpacked` (same gains in eager mode)."""
+    check_packed_qkv(qkv)
+    q, k, v = views = ops.unpack_qkv(qkv.detach())  # not tracked by autograd
+    scale, dropout_p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
+                                                    softmax_scale)
+    return ops.attention_packed(qkv, views, key_padding_mask, seed, plans, causal, dropout_p, scale, tiles)
+
+
+def _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p, softmax_scale):
+    """Checked inputs -> (scale, dropout_p, seed, the six index lists, tiles as a list) of a call."""
     shape = check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
     _check_block_size(block_size)
     if isinstance(layout, BlockSparseLayout):
@@ -290,5 +310,4 @@ def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0,
                    fused_bwd=ops.fused_dropout_backward(dropout_p))
     plans = _plans_for(compiled, shape.n_q, shape.n_k, causal, tiles)
-    out, _lse = ops.attention(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale, tiles.as_list())
-    return out
+    return scale, dropout_p, seed, plans, tiles.as_list()

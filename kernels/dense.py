@@ -8,7 +8,7 @@ import torch
 from . import ops
 from .dropout import draw_seed
 from .tiles import select
-from .validation import check_attention_inputs
+from .validation import check_attention_inputs, check_packed_qkv
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
@@ -35,6 +35,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
         return_lse: also return the float32 log-sum-exp of the scaled scores, (B, H, N_q)
             (``-inf`` for a row that sees no key). It is differentiable.
 
+    The output, (B, H, N_q, d), is laid out in memory like q: for views of a fused projection
+    (heads inside tokens) it is a view of a contiguous (B, N_q, H, d) tensor, as with SDPA's cuDNN
+    back-end, so merging the heads afterwards costs no copy.
     A query row whose keys are all masked returns 0 and passes zero gradient (never NaN).
     Gradients flow to q, k and v; the backward recomputes the probabilities from the saved
     log-sum-exp. Without dropout it is deterministic and uses no atomics; with dropout it runs in
@@ -44,12 +47,33 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
     ``torch.compile(fullgraph=True)``.
     Raises ``ValueError``/``TypeError`` naming the problem for bad input, before any launch.
     """
+    scale, dropout_p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
+    out, lse = ops.attention(q, k, v, key_padding_mask, seed, None, None, None, None, None, None,
+                             causal, dropout_p, scale, tiles)
+    return (out, lse) if return_lse else out
+
+
+def flash_attention_qkvpacked(qkv: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
+                              causal: bool = False, dropout_p: float = 0.0,
+                              softmax_scale: float | None = None) -> torch.Tensor:
+    """:func:`flash_attention` of the q, k, v packed in one (B, N, 3, H, d) tensor — the output of a
+    fused QKV projection viewed as (B, N, 3, H, d) — returning (B, N, H, d) (heads merge with a free
+    ``.view(B, N, H * d)``). Same kernels, results and arguments (self-attention: N_q = N_k); the
+    gradient comes back as one (B, N, 3, H, d) tensor. In eager mode this skips the view, permute
+    and copy operations that q/k/v views cost their caller (see ``kernels.ops._PackedFlashFunction``).
+    """
+    check_packed_qkv(qkv)
+    q, k, v = views = ops.unpack_qkv(qkv.detach())  # not tracked by autograd
+    scale, dropout_p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
+    return ops.attention_packed(qkv, views, key_padding_mask, seed, (None,) * 6, causal, dropout_p, scale, tiles)
+
+
+def _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale):
+    """Checked inputs -> (scale, dropout_p, seed, tiles) of a dense call."""
     shape = check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.head_dim)
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, dropout=dropout_p > 0.0,
                    fused_bwd=ops.fused_dropout_backward(dropout_p)).as_list()
-    out, lse = ops.attention(q, k, v, key_padding_mask, seed, None, None, None, None, None, None,
-                             causal, dropout_p, scale, tiles)
-    return (out, lse) if return_lse else out
+    return scale, dropout_p, seed, tiles

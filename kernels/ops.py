@@ -53,7 +53,8 @@ lists.
 
 Launch arguments that both directions must agree on travel as op arguments: ``tiles`` (15 ints,
 see :class:`kernels.tiles.Tiles`), the dropout seed tensor and the block-sparse index lists.
-Outputs are always freshly allocated contiguous tensors; inputs may have any strides.
+Outputs are freshly allocated: the forward's laid out like q (:func:`new_output`), the gradients
+contiguous (or written into the packed path's dQKV); inputs may have any strides.
 """
 from __future__ import annotations
 
@@ -119,6 +120,18 @@ def _sparse_strides(idx: Optional[Tensor], cnt: Optional[Tensor]) -> tuple[int, 
     head_i = idx.stride(0) if idx.shape[0] > 1 else 0
     head_c = cnt.stride(0) if cnt.shape[0] > 1 else 0
     return head_i, idx.stride(1), head_c, cnt.stride(1)
+
+
+def new_output(q: Tensor) -> Tensor:
+    """An uninitialised (B, H, N_q, d) output in q's dtype, laid out in memory like q: when q is a
+    (B, N, H, d)-ordered view (heads inside tokens, e.g. a slice of a fused QKV projection) the output
+    is a (B, H, N, d) view of a contiguous (B, N, H, d) tensor, so that ``out.transpose(1, 2)`` is
+    contiguous and the caller's merge of the heads costs no copy (PyTorch's cuDNN attention does the
+    same); otherwise contiguous (B, H, N, d). Also the fake kernels' shape function."""
+    B, H, n_q, d = q.shape
+    if H > 1 and q.stride(1) < q.stride(2):
+        return q.new_empty((B, n_q, H, d)).transpose(1, 2)
+    return q.new_empty((B, H, n_q, d))
 
 
 def _grid(n_rows: int, bh: int, sparse: bool) -> tuple[int, ...]:
@@ -281,7 +294,7 @@ def launch_fwd(
     dq_indices: Optional[Tensor], dq_counts: Optional[Tensor],
     causal: bool, dropout_p: float, softmax_scale: float, tiles: list[int],
 ) -> tuple[Tensor, Tensor]:
-    """Returns (out (B, H, N_q, d) in q's dtype, lse (B, H, N_q) float32)."""
+    """Returns (out (B, H, N_q, d) in q's dtype, laid out like q (:func:`new_output`), lse (B, H, N_q) float32)."""
     with _device_guard(q):
         return _fwd(_direct, q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, causal, dropout_p,
                     softmax_scale, tiles)
@@ -294,7 +307,7 @@ def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Op
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     t: PassTiles = _tiles(tuple(tiles)).fwd
-    out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    out = new_output(q)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
     sparse = fwd_indices is not None
@@ -327,7 +340,7 @@ def _traceable_fwd(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkd
 def _flash_fwd_fake(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkdv_indices, dkdv_counts,
                     dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
     B, H, n_q, d = q.shape
-    return q.new_empty((B, H, n_q, d)), q.new_empty((B, H, n_q), dtype=torch.float32)
+    return new_output(q), q.new_empty((B, H, n_q), dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,19 +361,25 @@ def launch_bwd(
 
 
 def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
-         dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
+         dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles, grads: Optional[tuple] = None):
     """The backward launches (preprocess, dK/dV, dQ); ``launch`` as in :func:`_fwd`. With dropout
     and ``DROPOUT_BWD == "fused"`` the dK/dV kernel computes dQ too (atomically, into a float32
-    buffer) and the dQ kernel is not launched."""
+    buffer that the preprocess kernel zeroes) and the dQ kernel is not launched.
+    ``grads``: (dq, dk, dv) tensors of q's, k's and v's shapes and dtype, any strides, to write the
+    gradients into (the packed-QKV path's views of one dQKV tensor); default: new contiguous ones."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     all_tiles = _tiles(tuple(tiles))
     # torch.use_deterministic_algorithms(True) (Lightning's deterministic=True) keeps the split form
     fused_dq = fused_dropout_backward(dropout_p)
-    # fused: dQ's float32 sum, contiguous (B, H, N_q, d) as the kernel addresses it
-    dq_acc = torch.zeros((B, H, n_q, d), dtype=torch.float32, device=q.device) if fused_dq else None
-    dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
-    dv = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
+    # fused: dQ's float32 sum, contiguous (B, H, N_q, d) as the kernel addresses it; zeroed by the preprocess
+    dq_acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=q.device) if fused_dq else None
+    if grads is not None:
+        dq, dk, dv = grads
+    else:
+        dq = None
+        dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
+        dv = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     lse2 = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
@@ -374,9 +393,9 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
         grad_lse = grad_lse.contiguous()
     pre_m = 64
     launch(kern.flash_bwd_preprocess_kernel)[(cdiv(n_q, pre_m), B * H)](
-        out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2,
+        out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2, dq_acc if fused_dq else lse,
         *_s4(out), *_s4(grad_out), H, n_q, d,
-        BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None,
+        BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None, ZERO_DQ=fused_dq,
     )
     traced = launch is not _direct
     t = all_tiles.dkdv
@@ -393,8 +412,11 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
         **tma_flags, FUSED_DQ=fused_dq, num_warps=t.num_warps, num_stages=t.num_stages,
     )
     if fused_dq:
-        return dq_acc.to(q.dtype), dk, dv
-    dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+        if dq is None:
+            return dq_acc.to(q.dtype), dk, dv
+        return dq.copy_(dq_acc), dk, dv
+    if dq is None:
+        dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     t = all_tiles.dq
     descs, tma_flags = _descriptors(t, (q, k, v, grad_out), False, traced=traced)  # see warp_spec_applies
     launch(kern.flash_bwd_dq_kernel)[_grid(cdiv(n_q, t.block_m), B * H, sparse)](
@@ -520,6 +542,45 @@ class _FlashFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None
 
 
+def unpack_qkv(qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v as (B, H, N, d) views of a packed (B, N, 3, H, d) tensor (no copy; two view ops)."""
+    return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
+
+class _PackedFlashFunction(torch.autograd.Function):
+    """Eager attention on a packed (B, N, 3, H, d) QKV tensor (a fused projection's output), giving
+    (B, N, H, d). Same launches as :class:`_FlashFunction` on views of the one input; the backward
+    writes dQ, dK and dV straight into one (B, N, 3, H, d) gradient. Against q/k/v views it saves the
+    caller's permute / unbind / transpose autograd nodes and two copies per call (the (B, H, N, d)
+    output's merge of the heads; autograd's stacking of dQ, dK, dV into the projection's gradient):
+    on an eager, launch-bound LRA step that host time is what decides (issue #8, small batch).
+    ``views``: (q, k, v) of ``qkv.detach()``, made once by the caller for its checks (a tuple, so
+    autograd does not track it; detached views share qkv's version counter, so saving them still
+    catches an in-place change of qkv before the backward)."""
+
+    @staticmethod
+    def forward(ctx, qkv, views, key_padding_mask, seed, plans, causal, dropout_p, softmax_scale, tiles):
+        q, k, v = views
+        out, lse = launch_fwd(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, softmax_scale, tiles)
+        ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed)
+        ctx.plans = plans[2:]  # the backward's index lists (dK/dV, dQ); not differentiable, never modified
+        ctx.args = (causal, dropout_p, softmax_scale, tiles)
+        ctx.set_materialize_grads(False)
+        return out.transpose(1, 2)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
+        grad_out = grad.transpose(1, 2) if grad is not None else torch.zeros_like(out)
+        B, H, n, d = q.shape
+        dqkv = q.new_empty((B, n, 3, H, d))
+        with _device_guard(q):
+            _bwd(_direct, grad_out, None, q, k, v, out, lse, key_padding_mask, seed, *ctx.plans, *ctx.args,
+                 grads=unpack_qkv(dqkv))
+        return dqkv, None, None, None, None, None, None, None, None
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
               fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor], dkdv_indices: Optional[Tensor],
               dkdv_counts: Optional[Tensor], dq_indices: Optional[Tensor], dq_counts: Optional[Tensor],
@@ -530,3 +591,18 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor
     if torch.compiler.is_compiling():
         return torch.ops.lra_kernels.flash_fwd(*args)
     return _FlashFunction.apply(*args)
+
+
+def attention_packed(qkv: Tensor, views: tuple[Tensor, Tensor, Tensor], key_padding_mask: Optional[Tensor],
+                     seed: Optional[Tensor], plans: tuple, causal: bool, dropout_p: float, softmax_scale: float,
+                     tiles: list[int]) -> Tensor:
+    """(B, N, H, d) attention output of a packed (B, N, 3, H, d) ``qkv`` with autograd to ``qkv``;
+    ``views``: ``unpack_qkv(qkv.detach())``; ``plans``: the six block-sparse index lists (fwd, dK/dV,
+    dQ indices and counts) or six Nones. While torch.compile traces: the custom op on views of qkv
+    (Inductor plans the copies itself)."""
+    if torch.compiler.is_compiling():
+        out, _lse = torch.ops.lra_kernels.flash_fwd(*unpack_qkv(qkv), key_padding_mask, seed, *plans, causal,
+                                                    dropout_p, softmax_scale, tiles)
+        return out.transpose(1, 2)
+    return _PackedFlashFunction.apply(qkv, views, key_padding_mask, seed, plans, causal, dropout_p, softmax_scale,
+                                      tiles)

@@ -420,13 +420,16 @@ def flash_fwd_kernel(
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def flash_bwd_preprocess_kernel(
-    O, DO, LSE, DLSE, DELTA, LSE2,
+    O, DO, LSE, DLSE, DELTA, LSE2, DQ_ACC,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     H, N_Q, HEAD_DIM,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr, ZERO_DQ: tl.constexpr,
 ):
-    """DELTA = rowsum(dO * O) - dLSE and LSE2 = LSE * log2(e) with -inf -> +inf (both float32)."""
+    """DELTA = rowsum(dO * O) - dLSE and LSE2 = LSE * log2(e) with -inf -> +inf (both float32).
+    ``ZERO_DQ``: also zero the same rows of the one-pass backward's float32 dQ accumulator DQ_ACC
+    (contiguous (B, H, N_Q, HEAD_DIM)), which the dK/dV kernel then adds into: one launch fewer than
+    a separate fill."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b64 = (pid_bh // H).to(tl.int64)
@@ -445,6 +448,9 @@ def flash_bwd_preprocess_kernel(
     tl.store(DELTA + row, delta, mask=row_ok)
     lse = tl.load(LSE + row, mask=row_ok, other=0.0)
     tl.store(LSE2 + row, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C), mask=row_ok)
+    if ZERO_DQ:
+        tl.store(DQ_ACC + row[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
+                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
 
 # ---------------------------------------------------------------------------------------------

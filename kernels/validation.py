@@ -27,6 +27,15 @@ def _describe(t) -> str:
     return f"{type(t).__name__}" if not isinstance(t, torch.Tensor) else f"tensor of shape {tuple(t.shape)}"
 
 
+def check_packed_qkv(qkv) -> None:
+    """A packed QKV input must be a (B, N, 3, H, d) tensor (its q, k, v views are then checked by
+    :func:`check_attention_inputs`)."""
+    if not isinstance(qkv, torch.Tensor):
+        raise TypeError(f"qkv must be a torch.Tensor of shape (B, N, 3, H, d), got {_describe(qkv)}")
+    if qkv.dim() != 5 or qkv.shape[2] != 3:
+        raise ValueError(f"qkv must have shape (B, N, 3, H, d) (q, k, v packed along dim 2), got {tuple(qkv.shape)}")
+
+
 def check_attention_inputs(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale) -> AttentionShape:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):

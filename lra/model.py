@@ -11,10 +11,12 @@ over padding too, so its result depends on how much padding a batch has).
 
 The attention of every block comes from the registry, `lra.attention.build(name, **options)`, with
 the context options num_heads, head_dim, max_len, dropout, layer_idx and seed; q, k and v are views
-(B, H, N, d) of one fused projection.
+(B, H, N, d) of one fused projection, or, for a core with a ``forward_packed`` method (our Triton
+kernels), that projection itself as one (B, N, 3, H, d) tensor.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -65,6 +67,20 @@ def _registry_build(name: str, **options) -> nn.Module:
     return attention.build(name, **options)
 
 
+PACKED_QKV_ENV = "LRA_PACKED_QKV"
+
+
+def packed_qkv_enabled() -> bool:
+    """``$LRA_PACKED_QKV``: "1" (default, also unset or empty) lets cores with a packed form take the
+    fused projection whole; "0" gives them q/k/v views like every other core (for measuring what the
+    packed form saves). Read when a model is built."""
+    value = os.environ.get(PACKED_QKV_ENV, "").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"${PACKED_QKV_ENV}={value!r}: expected 1 (packed QKV for cores that take it, the default) "
+                         "or 0 (q/k/v views everywhere)")
+    return value == "1"
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Fused QKV projection -> attention core on (B, H, N, d) views -> output projection."""
 
@@ -73,12 +89,18 @@ class MultiHeadSelfAttention(nn.Module):
         self.num_heads, self.head_dim = num_heads, head_dim
         self.qkv = nn.Linear(dim, 3 * num_heads * head_dim)
         self.core = core
+        # cores with a packed form (our kernels) take the (B, N, 3, H, d) projection itself: in eager
+        # mode that saves the views, the head merge's copy and autograd's stacking of dQ, dK, dV
+        self.packed = callable(getattr(core, "forward_packed", None)) and packed_qkv_enabled()
         self.out = nn.Linear(num_heads * head_dim, dim)
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
         batch, n, _ = x.shape
-        qkv = self.qkv(x).view(batch, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)  # each (B, H, N, d), non-contiguous views
+        qkv = self.qkv(x).view(batch, n, 3, self.num_heads, self.head_dim)
+        if self.packed:
+            o = self.core.forward_packed(qkv, key_padding_mask=padding_mask)  # (B, N, H, d)
+            return self.out(o.reshape(batch, n, self.num_heads * self.head_dim))
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, d), non-contiguous views
         o = self.core(q, k, v, key_padding_mask=padding_mask)
         return self.out(o.transpose(1, 2).reshape(batch, n, self.num_heads * self.head_dim))
 

@@ -11,6 +11,8 @@ allocations cheap, and three references run beside it:
 - `native op`: one elementwise op with a C++ autograd node, forward + backward — the order of what
   SDPA's C++ op pays;
 - the pieces of ours: input checks, seed draw, tile selection, the forward and backward launchers;
+- the model's attention core from the fused projection to the merged heads, through q/k/v views
+  (what the model did before session 13) and through the packed form (`flash_attention_qkvpacked`);
 - the forward alone, dense and block-sparse (local layout through a ``BlockSparseLayout``), and the
   block-sparse forward + backward.
 
@@ -31,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention, layouts, ops, tiles  # noqa: E402
+from kernels import (BlockSparseLayout, block_sparse_flash_attention, flash_attention,  # noqa: E402
+                     flash_attention_qkvpacked, layouts, ops, tiles)
 from kernels import triton_attention as kern  # noqa: E402
 from kernels.dropout import draw_seed  # noqa: E402
 from kernels.validation import check_attention_inputs  # noqa: E402
@@ -105,6 +108,24 @@ def measure(iters: int, dropout_p: float = 0.1) -> list[tuple[str, float]]:
             ("  backward launcher (allocations, arguments, dQ buffer and cast)",
              _time_us(lambda: ops.launch_bwd(grad, None, q, k, v, out, lse, None, seed, None, None, None, None, False,
                                              dropout_p, scale, tile_list), iters)),
+        ]
+        # the model's attention core as MultiHeadSelfAttention calls it, from the fused projection's
+        # output (B, N, 3 * H * d) to the merged heads (B, N, H * d): q/k/v views, or the packed form
+        proj = torch.randn(batch, n, 3 * heads * d, dtype=torch.bfloat16, requires_grad=True)
+        merged_grad = torch.randn(batch, n, heads * d, dtype=torch.bfloat16)
+
+        def core_views():
+            qv, kv, vv = proj.view(batch, n, 3, heads, d).permute(2, 0, 3, 1, 4).unbind(0)
+            o = flash_attention(qv, kv, vv, dropout_p=dropout_p)
+            o.transpose(1, 2).reshape(batch, n, heads * d).backward(merged_grad)
+
+        def core_packed():
+            o = flash_attention_qkvpacked(proj.view(batch, n, 3, heads, d), dropout_p=dropout_p)
+            o.reshape(batch, n, heads * d).backward(merged_grad)
+        rows += [
+            ("model core, q/k/v views of the projection: views + flash_attention + head merge, fwd + bwd",
+             _time_us(core_views, iters)),
+            ("model core, packed: flash_attention_qkvpacked + view, fwd + bwd", _time_us(core_packed, iters)),
         ]
         # the block-sparse call on top: layout check, cached plans, tiles clamped to the block size
         layout = BlockSparseLayout.from_dense(layouts.benchmark_layout("local", layouts.num_blocks(n, 16)), 16)
