@@ -67,6 +67,7 @@ import triton.language as tl
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .launch import launcher
 from .tiles import cdiv
 
 ENV = "LRA_LAYER_NORM"
@@ -221,7 +222,7 @@ def _forward(x2: torch.Tensor, weight, bias, eps: float, out_dtype: torch.dtype)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
     block_d, block_rows, warps = fwd_config(d)
     grid = (cdiv(n_rows, block_rows),)
-    layer_norm_fwd_kernel[grid](
+    launcher(layer_norm_fwd_kernel)[grid](
         x2, weight if weight is not None else x2, bias if bias is not None else x2, y, mean, rstd,
         n_rows, d, eps, HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_ROWS=block_rows,
         BLOCK_D=block_d, EVEN_D=d == block_d, num_warps=warps)
@@ -242,7 +243,7 @@ def _backward(x2, weight, mean, rstd, dy2, need_dx: bool, need_dw: bool, need_db
         need_dx = False
     dw_part = torch.empty((programs, d), dtype=torch.float32, device=x2.device) if need_dw else None
     db_part = torch.empty((programs, d), dtype=torch.float32, device=x2.device) if need_db else None
-    layer_norm_bwd_kernel[(programs,)](
+    launcher(layer_norm_bwd_kernel)[(programs,)](
         x2, weight if weight is not None else x2, dy2, dx if need_dx else x2, mean, rstd,
         dw_part if need_dw else mean, db_part if need_db else mean, n_rows, d, n_tiles,
         HAS_W=weight is not None, COMPUTE_DX=need_dx, COMPUTE_DW=need_dw, COMPUTE_DB=need_db,

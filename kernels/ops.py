@@ -68,6 +68,7 @@ import triton
 from torch.autograd.function import once_differentiable
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
+from .launch import launcher
 from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, cdiv, padded_head_dim
 
 Tensor = torch.Tensor
@@ -279,7 +280,9 @@ def _descriptors(t: PassTiles, tensors: tuple, warp_spec: bool, traced: bool = F
 # forward
 # ---------------------------------------------------------------------------------------------
 def _direct(kernel):
-    return kernel
+    """Eager launches: the kernel behind :mod:`kernels.launch`'s cached launcher (repeat calls skip
+    Triton's per-call argument binding; the kernel itself under the interpreter)."""
+    return launcher(kernel)
 
 
 def _wrapped(kernel):

@@ -48,7 +48,7 @@ def device_name() -> str:
 
 # environment settings that change what our kernels compute or how fast (read at import by kernels/)
 KERNEL_ENV = ("LRA_KERNEL_TILES", "LRA_KERNELS_COMPILE_OP", "LRA_DROPOUT_RNG", "LRA_DROPOUT_BWD", "LRA_LAYER_NORM",
-              "LRA_PACKED_QKV")
+              "LRA_PACKED_QKV", "LRA_TRITON_LAUNCH")
 
 
 def kernel_env() -> dict:

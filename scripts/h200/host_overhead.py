@@ -11,8 +11,10 @@ runs at the host's pace), for:
 - `flash views`: the same views -> kernels.flash_attention -> head merge;
 - `flash packed`: kernels.flash_attention_qkvpacked on the (B, N, 3, H, d) view -> view (the model's
   flash path since session 13);
+- the two flash forms with our cached launches (kernels.launch, the default where it applies) and
+  with every launch through Triton's JITFunction.run;
 - the two flash forms with the Triton kernels replaced by no-ops (their difference to the real ones
-  is Triton's launcher: JITFunction.run's argument binding, specialisation and cache lookup);
+  is the launch path);
 - one bare launch of the backward's preprocess kernel (the cheapest of ours).
 
 Each number is the median over --repeats of the mean host time per call over --iters calls
@@ -32,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels import flash_attention, flash_attention_qkvpacked, ops
+from kernels import flash_attention, flash_attention_qkvpacked, launch, ops
 from kernels import triton_attention as kern
 
 KERNELS = ("flash_fwd_kernel", "flash_bwd_preprocess_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel")
@@ -104,7 +106,14 @@ def main() -> None:
     for name, fn in (("sdpa (cuDNN): views + SDPA + head merge", sdpa),
                      ("flash: views + flash_attention + head merge", flash_views),
                      ("flash packed: flash_attention_qkvpacked + view", flash_packed)):
-        rows.append((name, host_us(fn, args.iters, args.repeats)))
+        rows.append((name + f" (launches: {'cached' if launch.ENABLED else 'Triton'})",
+                     host_us(fn, args.iters, args.repeats)))
+    if launch.ENABLED:
+        launch.ENABLED = False
+        for name, fn in (("flash: views + flash_attention + head merge", flash_views),
+                         ("flash packed: flash_attention_qkvpacked + view", flash_packed)):
+            rows.append((name + " (launches: Triton)", host_us(fn, args.iters, args.repeats)))
+        launch.ENABLED = True
     rows.append(("one bare Triton launch (backward preprocess kernel)", host_us(bare_launch, args.iters, args.repeats)))
     saved = {n: getattr(kern, n) for n in KERNELS}
     try:
@@ -123,7 +132,7 @@ def main() -> None:
         flash_packed()
     end.record()
     torch.cuda.synchronize()
-    gpu_note = f"wall (GPU events) per packed call in a loop of 20: {start.elapsed_time(end) / 20 * 1e3:.1f} us"
+    gpu_note = f"CUDA-event time per packed call in a loop of 20: {start.elapsed_time(end) / 20 * 1e3:.1f} us"
     import triton
     lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
              f"bf16 B={B} N={N} H={H} d={d} dropout={dp} (backward form {ops.DROPOUT_BWD}); "

@@ -253,16 +253,17 @@ def test_every_registered_attention_trains_in_the_model(name):
 def test_packed_qkv_cores_match_their_view_form_in_the_model(name, options, n, monkeypatch):
     """Our kernels take the fused projection whole (forward_packed); $LRA_PACKED_QKV=0 gives them q/k/v
     views like every other core. Same weights, same dropout draws: same logits and gradients."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # our kernels take CUDA tensors where CUDA is
     spec = DataSpec(vocab_size=11, num_classes=10, max_len=n)
     cfg = ModelConfig(**{**TINY.__dict__, "depth": 1, "attention_dropout": 0.2})
-    x = torch.randint(0, 11, (2, n), generator=torch.Generator().manual_seed(1))
-    mask = torch.zeros(2, n, dtype=torch.bool)
+    x = torch.randint(0, 11, (2, n), generator=torch.Generator().manual_seed(1)).to(device)
+    mask = torch.zeros(2, n, dtype=torch.bool, device=device)
     mask[1, n - 13:] = True
     results = []
     for flag in ("1", "0"):
         monkeypatch.setenv("LRA_PACKED_QKV", flag)
         torch.manual_seed(0)
-        model = build_model(cfg, spec, attention=name, attention_options=options, seed=0).train()
+        model = build_model(cfg, spec, attention=name, attention_options=options, seed=0).to(device).train()
         assert model.encoder.blocks[0].attention.packed == (flag == "1")
         torch.manual_seed(3)
         logits = model(x, mask)

@@ -1,0 +1,162 @@
+"""A lean launch path for our Triton kernels: Triton's per-call argument binding skipped on repeat calls.
+
+Why: the `paper` LRA model's small-batch step is bound by the host CPU (issue #8), and there each
+``kernel[grid](*args, **kwargs)`` of Triton's ``JITFunction.run`` cost ~150 us of host time per
+launch of our forward and dK/dV kernels on the H200's host (session 13, scripts/h200/
+host_overhead.py: three launches were 460 us of a 1,021 us eager forward + backward; SDPA's whole
+forward + backward took 587 us). ``JITFunction.run`` binds and specialises every argument (~45
+here), builds a cache key, looks the compiled kernel up and assembles launch metadata on each call.
+
+What: :func:`launcher` wraps a JIT kernel so that ``launcher(kernel)[grid](*args, **kwargs)`` works
+like the kernel's own. The first call with a given *launch signature* goes through Triton as usual
+(compiling if needed) and remembers the compiled kernel; later calls with the same signature call
+that compiled kernel's launcher (``CompiledKernel.run``) directly. The signature is a superset of
+everything Triton specialises on: the keyword (constexpr and launch-option) arguments, and per
+positional argument its exact value for ints and bools, dtype and 16-byte alignment for tensors,
+and the type for floats. So a signature hit can only map to the kernel Triton itself would pick.
+Calls with any other kind of positional argument (TMA tensor descriptors, None) and every call while
+a launch hook is installed (profilers) take Triton's path.
+
+Where it applies: compiled kernels (not Triton's interpreter, where ``launcher`` returns the kernel
+itself) on a Triton release whose internals this was written against and checked on the GPU
+(:data:`VERIFIED_TRITON`); anywhere else, or with ``$LRA_TRITON_LAUNCH=triton``, every call goes
+through Triton. Results are identical either way (the same compiled kernel runs with the same
+arguments); `tests/kernels/test_launch.py` checks that on CUDA.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+
+ENV = "LRA_TRITON_LAUNCH"
+# Triton (major, minor) releases whose JITFunction / CompiledKernel internals this module uses:
+# JITFunction.params, CompiledKernel.run / function / packed_metadata, knobs.runtime.launch_*_hook.
+VERIFIED_TRITON = frozenset({(3, 6)})
+
+
+def _mode() -> str:
+    value = os.environ.get(ENV, "").strip() or "cached"
+    if value not in ("cached", "triton"):
+        raise ValueError(f"${ENV}={value!r}: expected 'cached' (the default: repeat launches skip Triton's "
+                         "argument binding) or 'triton' (every launch through JITFunction.run)")
+    return value
+
+
+def _available() -> bool:
+    import triton
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    major, minor = (int(x) for x in triton.__version__.split(".")[:2])
+    if (major, minor) not in VERIFIED_TRITON:
+        return False
+    try:
+        from triton import knobs
+        from triton.runtime import driver  # noqa: F401
+        return hasattr(knobs.runtime, "launch_enter_hook")
+    except ImportError:
+        return False
+
+
+MODE = _mode()
+ENABLED = MODE == "cached" and _available()
+
+
+def _hooks_installed() -> bool:
+    from triton import knobs
+
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if hook is None:
+            continue
+        if getattr(hook, "calls", True):  # a HookChain with hooks, or a plain callable
+            return True
+    return False
+
+
+def current_stream() -> int:
+    """The raw CUDA stream Triton would launch on (its driver's current device and stream)."""
+    from triton.runtime import driver
+
+    return driver.active.get_current_stream(driver.active.get_current_device())
+
+
+def signature(args: tuple, kwargs: dict) -> tuple | None:
+    """The launch signature of a call (see the module docstring), or None if a positional argument
+    is of a kind the cache does not handle."""
+    key: list[Any] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((a.dtype, a.data_ptr() % 16 == 0))
+        elif isinstance(a, (bool, int)):  # bool before int: True == 1 must not alias
+            key.append((type(a), a))
+        elif isinstance(a, float):
+            key.append(float)
+        else:
+            return None
+    key.append(tuple(kwargs.items()))
+    return tuple(key)
+
+
+class CachedLauncher:
+    """``launcher[grid](*args, **kwargs)`` for one JIT kernel (see the module docstring)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.params = [p.name for p in kernel.params]
+        self.entries: dict[tuple, tuple] = {}  # signature -> (compiled kernel, constant tail of the arguments)
+        self.hits = 0
+        self.misses = 0
+
+    def __getitem__(self, grid) -> Callable:
+        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
+
+    def launch(self, grid, args: tuple, kwargs: dict):
+        key = signature(args, kwargs)
+        entry = self.entries.get(key) if key is not None else None
+        if entry is None or _hooks_installed():
+            compiled = self.kernel[grid](*args, **kwargs)
+            if key is not None and entry is None and hasattr(compiled, "packed_metadata"):
+                self.misses += 1
+                self.entries[key] = (compiled, self._tail(len(args), kwargs))
+            return compiled
+        compiled, tail = entry
+        stream = current_stream()
+        g0 = grid[0]
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        self.hits += 1
+        compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
+        return compiled
+
+    def _tail(self, n_positional: int, kwargs: dict) -> tuple:
+        """The parameters after the positional ones, in declaration order: the call's keyword values
+        (constexprs), else the declared defaults (as Triton's binder fills them)."""
+        tail = []
+        for p in self.kernel.params[n_positional:]:
+            if p.name in kwargs:
+                tail.append(kwargs[p.name])
+            else:
+                tail.append(p.default)
+        return tuple(tail)
+
+
+_launchers: dict[int, CachedLauncher] = {}
+
+
+def _is_jit_function(kernel) -> bool:
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(kernel, JITFunction)
+
+
+def launcher(kernel):
+    """``kernel`` wrapped in its :class:`CachedLauncher` where the cached path is enabled, else
+    ``kernel`` itself."""
+    if not ENABLED or not _is_jit_function(kernel):
+        return kernel
+    wrapped = _launchers.get(id(kernel))
+    if wrapped is None or wrapped.kernel is not kernel:
+        wrapped = _launchers[id(kernel)] = CachedLauncher(kernel)
+    return wrapped
