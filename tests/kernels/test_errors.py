@@ -58,7 +58,7 @@ CASES = [
     (dict(softmax_scale=0.0), ValueError, "softmax_scale must be a finite positive"),
     (dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be a finite positive"),
     (dict(causal=1), TypeError, "causal must be a bool"),
-    (dict(causal=q[0, 0, 0, 0].numpy() > 0), TypeError, "(numpy.bool"),  # not "must be a bool, got bool"
+    (dict(causal=q[0, 0, 0, 0].cpu().numpy() > 0), TypeError, "(numpy.bool"),  # not "must be a bool, got bool"
 ]
 
 
