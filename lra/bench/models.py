@@ -16,6 +16,12 @@ recorded as `oom` (and longer lengths of the same attention, regime and mode are
 grows with N at constant tokens per batch); an attention that cannot run a length is `unsupported`;
 any other failure is `error` with its message. Nothing stops the sweep.
 
+Interleaving (`--interleave`): the attentions of one (length, regime, mode) are built and warmed up
+together and then timed in rounds, a block of steps of each in turn, so that their ratio is measured in
+the same time windows. Host-bound cells (the small batch at 1K-4K on the H200) drift by tens of percent
+within one machine call (results/models/session13/), more than the attentions differ; the rows say what
+they were interleaved with.
+
 Profiling (`--profile DIR`): after a cell is timed, 3 more steps run under torch.profiler (CPU and, on
 CUDA, GPU activity) and DIR/<attention>_<regime>_<mode>_N<seq>.txt gets the operator tables (sorted by
 self CPU time and, on CUDA, self GPU time) with a Chrome/Perfetto trace beside it (.json.gz); the
@@ -63,7 +69,7 @@ DONE_STATUSES = ("ok", "oom", "unsupported")
 # What a cell measures besides its key (attention, N, regime, mode): --resume refuses a file measured
 # with other values of these (settings keys, then top-level meta keys), and keeps the earlier runs'
 # provenance in the meta as `earlier_runs`.
-RESUME_SETTINGS = ("attention_dropout", "compile_mode", "grad_clip")
+RESUME_SETTINGS = ("attention_dropout", "compile_mode", "grad_clip", "interleave")
 RESUME_META = ("device", "bench_device", "kernel_env", "model", "input")
 PROFILE_STEPS = 3
 PROFILE_ROWS = 30
@@ -104,6 +110,12 @@ def add_arguments(parser) -> None:
                         help=f"after timing each cell, profile {PROFILE_STEPS} more steps with torch.profiler and "
                              "write DIR/<attention>_<regime>_<mode>_N<seq>.txt (operator tables by self CPU and GPU "
                              "time) and .json.gz (Chrome/Perfetto trace)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="measure the attentions of each (length, regime, mode) side by side: all models built "
+                             "and warmed up, then --rounds rounds of steps of each in turn, so that host-bound cells "
+                             "(small batch, 1K-4K) compare within the same time windows; peak memory is each model's own")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="with --interleave: rounds of ceil(steps / rounds) steps per attention (default 5)")
     parser.add_argument("--attention-dropout", type=float, default=0.1, metavar="P",
                         help="attention-probability dropout of the model (default 0.1, the paper's); 0 isolates "
                              "the cost of dropout — write such runs to their own --out")
@@ -187,7 +199,12 @@ def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dic
                 "options": {k: v for k, v in options.items() if v}, "seed": args.seed,
                 "attention_dropout": args.attention_dropout,
                 "profile": str(args.profile) if args.profile is not None else None,
-                "compile_mode": args.compile_mode}
+                "compile_mode": args.compile_mode,
+                "interleave": bool(args.interleave), "rounds": args.rounds if args.interleave else None}
+    if args.interleave and args.profile is not None:
+        raise ValueError("--profile and --interleave do not go together: profile cells one at a time")
+    if args.interleave and not 1 <= args.rounds <= args.steps:
+        raise ValueError(f"--rounds must be between 1 and --steps ({args.steps}), got {args.rounds}")
     if not 0.0 <= args.attention_dropout < 1.0:
         raise ValueError(f"--attention-dropout must be in [0, 1), got {args.attention_dropout}")
     return cells, settings
@@ -288,79 +305,165 @@ def profile_steps(step, first: int, cell: Cell, profile_dir: Path, device, ms_pe
     return text_path
 
 
+class Workload:
+    """One cell's model, optimizer, input batches and training step, built and ready to time."""
+
+    def __init__(self, cell: Cell, *, device, options: dict, grad_clip: float, seed: int,
+                 attention_dropout: float = 0.1, compile_mode: str = "default", reset_compiler: bool = True):
+        import torch
+        import torch.nn.functional as F
+
+        from lra.model import DataSpec, build_model
+
+        torch.manual_seed(seed)
+        self.cell, self.device = cell, device
+        cuda = device.type == "cuda"
+        batch = cell.batch_size
+        try:
+            model = build_model(paper_model_config(attention_dropout),
+                                DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES, max_len=cell.seq_len),
+                                attention=cell.attention, attention_options=options, seed=seed)
+        except ValueError as err:  # the registry refuses this length / option combination
+            raise Unsupported(str(err)) from None
+        model = model.to(device)
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0,
+                                      **({"fused": True} if cuda else {}))
+        forward = model
+        if cell.compile:
+            if reset_compiler:
+                torch._dynamo.reset()  # a fresh cache per cell: recompilation limits never silently fall back to eager
+            forward = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
+        # A few distinct random batches (never constant inputs), cycled through the steps.
+        generator = torch.Generator(device="cpu").manual_seed(seed + 1)
+        batches = [(torch.randint(0, VOCAB_SIZE, (batch, cell.seq_len), generator=generator).to(device),
+                    torch.randint(0, NUM_CLASSES, (batch,), generator=generator).to(device)) for _ in range(3)]
+
+        def step(i: int) -> None:
+            inputs, labels = batches[i % len(batches)]
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
+                logits = forward(inputs)
+            loss = F.cross_entropy(logits.float(), labels)
+            loss.backward()
+            if grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        self.step = step
+        self.steps_done = 0
+
+    def run(self, n: int) -> list[float]:
+        """n more training steps; the time of each in ms (CUDA events on GPU, perf_counter on CPU)."""
+        import torch
+
+        first = self.steps_done
+        self.steps_done += n
+        if self.device.type != "cuda":
+            times = []
+            for i in range(first, first + n):
+                t0 = time.perf_counter()
+                self.step(i)
+                times.append((time.perf_counter() - t0) * 1e3)
+            return times
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for i, (start, end) in enumerate(events):
+            start.record()
+            self.step(first + i)
+            end.record()
+        torch.cuda.synchronize(self.device)
+        return [start.elapsed_time(end) for start, end in events]
+
+
+def _metrics(cell: Cell, times_ms: list[float], peak_gb: float) -> dict:
+    ms = statistics.median(times_ms)
+    p10, p90 = (float(x) for x in np.percentile(times_ms, [10, 90]))
+    batch = cell.batch_size
+    return {"ms_per_step": ms, "ms_p10": p10, "ms_p90": p90, "samples_per_s": batch / ms * 1e3,
+            "tokens_per_s": batch * cell.seq_len / ms * 1e3, "peak_mem_gb": peak_gb}
+
+
 def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
             attention_dropout: float = 0.1, profile_dir: Path | None = None, compile_mode: str = "default") -> dict:
     """Time one cell (then profile it, with ``profile_dir``). Raises on OOM and other errors (the caller
     records them)."""
     import torch
-    import torch.nn.functional as F
 
-    from lra.model import DataSpec, build_model
-
-    torch.manual_seed(seed)
+    work = Workload(cell, device=device, options=options, grad_clip=grad_clip, seed=seed,
+                    attention_dropout=attention_dropout, compile_mode=compile_mode)
+    work.run(warmup)
     cuda = device.type == "cuda"
-    batch = cell.batch_size
-    try:
-        model = build_model(paper_model_config(attention_dropout), DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
-                                                           max_len=cell.seq_len),
-                            attention=cell.attention, attention_options=options, seed=seed)
-    except ValueError as err:  # the registry refuses this length / option combination
-        raise Unsupported(str(err)) from None
-    model = model.to(device)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0,
-                                  **({"fused": True} if cuda else {}))
-    forward = model
-    if cell.compile:
-        torch._dynamo.reset()  # a fresh cache per cell: recompilation limits never silently fall back to eager
-        forward = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
-    # A few distinct random batches (never constant inputs), cycled through the steps.
-    generator = torch.Generator(device="cpu").manual_seed(seed + 1)
-    batches = [(torch.randint(0, VOCAB_SIZE, (batch, cell.seq_len), generator=generator).to(device),
-                torch.randint(0, NUM_CLASSES, (batch,), generator=generator).to(device)) for _ in range(3)]
-
-    def step(i: int) -> None:
-        inputs, labels = batches[i % len(batches)]
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
-            logits = forward(inputs)
-        loss = F.cross_entropy(logits.float(), labels)
-        loss.backward()
-        if grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for i in range(warmup):
-        step(i)
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)]
-        for i, (start, end) in enumerate(events):
-            start.record()
-            step(warmup + i)
-            end.record()
-        torch.cuda.synchronize(device)
-        times_ms = [start.elapsed_time(end) for start, end in events]
-        peak_gb = torch.cuda.max_memory_allocated(device) / 1e9
-    else:
-        times_ms = []
-        for i in range(steps):
-            t0 = time.perf_counter()
-            step(warmup + i)
-            times_ms.append((time.perf_counter() - t0) * 1e3)
-        peak_gb = math.nan
-    ms = statistics.median(times_ms)
-    p10, p90 = (float(x) for x in np.percentile(times_ms, [10, 90]))
+    times_ms = work.run(steps)
+    peak_gb = torch.cuda.max_memory_allocated(device) / 1e9 if cuda else math.nan
+    metrics = _metrics(cell, times_ms, peak_gb)
     if profile_dir is not None:
         try:
-            profile_steps(step, warmup + steps, cell, profile_dir, device, ms)
+            profile_steps(work.step, work.steps_done, cell, profile_dir, device, metrics["ms_per_step"])
         except Exception as err:  # noqa: BLE001 - a failed profile must not lose the timing
             path = profile_stem(profile_dir, cell)
             atomic_write_text(path.with_name(path.name + ".txt"), f"{cell.describe()}: profiling failed: "
                                                                   f"{_first_line(err, 1000)}\n")
-    return {"ms_per_step": ms, "ms_p10": p10, "ms_p90": p90, "samples_per_s": batch / ms * 1e3,
-            "tokens_per_s": batch * cell.seq_len / ms * 1e3, "peak_mem_gb": peak_gb}
+    return metrics
+
+
+def measure_interleaved(cells: list[Cell], *, device, options: dict, steps: int, warmup: int, grad_clip: float,
+                        seed: int, rounds: int, attention_dropout: float = 0.1,
+                        compile_mode: str = "default") -> dict[tuple, dict | BaseException]:
+    """Time cells of one (length, regime, mode) side by side: every model is built and warmed up, then
+    ``rounds`` rounds each run ceil(steps / rounds) steps of every model in turn (the order rotates by one
+    each round). Host-bound steps drift by tens of percent within a machine call (results/models/
+    session13/); interleaving puts every attention in the same time windows, so their ratio is not the
+    drift's. Returns, per cell key, its metrics or the exception that stopped it (building, warm-up or
+    a round). Peak memory is each model's own: the others' resident memory (parameters, optimizer
+    state, batches) is subtracted."""
+    import torch
+
+    cuda = device.type == "cuda"
+    results: dict[tuple, dict | BaseException] = {}
+    works: list[Workload] = []
+    resident: dict[tuple, int] = {}
+    if any(c.compile for c in cells):
+        torch._dynamo.reset()
+    for cell in cells:
+        before = torch.cuda.memory_allocated(device) if cuda else 0
+        try:
+            work = Workload(cell, device=device, options=options.get(cell.attention, {}), grad_clip=grad_clip,
+                            seed=seed, attention_dropout=attention_dropout, compile_mode=compile_mode,
+                            reset_compiler=False)
+            work.run(warmup)
+        except Exception as err:  # noqa: BLE001 - recorded per cell by the caller
+            results[cell.key] = err
+            _free_memory(device)
+            continue
+        if cuda:
+            torch.cuda.synchronize(device)
+            resident[cell.key] = torch.cuda.memory_allocated(device) - before
+        works.append(work)
+    per_round = -(-steps // rounds)
+    times: dict[tuple, list[float]] = {w.cell.key: [] for w in works}
+    peaks: dict[tuple, float] = {w.cell.key: 0.0 for w in works}
+    for r in range(rounds):
+        live = [w for w in works if w.cell.key not in results]
+        shift = r % len(live) if live else 0
+        for w in live[shift:] + live[:shift]:
+            key = w.cell.key
+            try:
+                if cuda:
+                    torch.cuda.synchronize(device)
+                    others = torch.cuda.memory_allocated(device) - resident[key]
+                    torch.cuda.reset_peak_memory_stats(device)
+                times[key] += w.run(per_round)
+                if cuda:
+                    peaks[key] = max(peaks[key], torch.cuda.max_memory_allocated(device) - others)
+            except Exception as err:  # noqa: BLE001
+                results[key] = err
+    for w in works:
+        if w.cell.key not in results:
+            results[w.cell.key] = _metrics(w.cell, times[w.cell.key], peaks[w.cell.key] / 1e9 if cuda else math.nan)
+    return results
 
 
 def _row(cell: Cell, status: str, note: str = "", **metrics) -> dict:
@@ -385,9 +488,8 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
     return f"{type(err).__name__}: {text[:limit]}"
 
 
-def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
-             attention_dropout: float = 0.1, profile_dir: Path | None = None, compile_mode: str = "default") -> dict:
-    """Measure one cell and turn every outcome into a CSV row."""
+def _unsupported_row(cell: Cell, device, options: dict) -> dict | None:
+    """The `unsupported` row of a cell the registry says cannot run here, or None."""
     from lra import attention as registry
 
     ok, reason = registry.can_run(cell.attention, device, options)
@@ -396,19 +498,37 @@ def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad
     shortest = registry.min_supported_len(cell.attention, options)
     if shortest is not None and cell.seq_len < shortest:
         return _row(cell, "unsupported", f"needs N >= {shortest} with these options")
-    option_note = ", ".join(f"{k}={v}" for k, v in options.items())
+    return None
+
+
+def _ok_note(cell: Cell, options: dict, compile_mode: str) -> str:
+    note = ", ".join(f"{k}={v}" for k, v in options.items())
     if cell.compile and compile_mode != "default":
-        option_note = ", ".join(filter(None, [option_note, f"torch.compile mode={compile_mode}"]))
+        note = ", ".join(filter(None, [note, f"torch.compile mode={compile_mode}"]))
     if cell.tokens < cell.seq_len:
-        option_note = ", ".join(filter(None, [option_note, f"1 sequence of {cell.seq_len} > {cell.tokens} tokens"]))
+        note = ", ".join(filter(None, [note, f"1 sequence of {cell.seq_len} > {cell.tokens} tokens"]))
+    return note
+
+
+def _failure(err: BaseException) -> tuple[str, str]:
+    """(status, note) of a cell that raised: unsupported, oom or error."""
+    status = "unsupported" if isinstance(err, Unsupported) else "oom" if _is_oom(err) else "error"
+    return status, str(err).strip().splitlines()[0][:200] if status == "unsupported" else _first_line(err)
+
+
+def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
+             attention_dropout: float = 0.1, profile_dir: Path | None = None, compile_mode: str = "default") -> dict:
+    """Measure one cell and turn every outcome into a CSV row."""
+    unsupported = _unsupported_row(cell, device, options)
+    if unsupported is not None:
+        return unsupported
     outcome, failure = None, None
     try:
         outcome = measure(cell, device=device, options=options, steps=steps, warmup=warmup, grad_clip=grad_clip,
                           seed=seed, attention_dropout=attention_dropout, profile_dir=profile_dir,
                           compile_mode=compile_mode)
     except Exception as err:  # noqa: BLE001 - every failure becomes a row; the sweep goes on
-        status = "unsupported" if isinstance(err, Unsupported) else "oom" if _is_oom(err) else "error"
-        failure = (status, str(err).strip().splitlines()[0][:200] if status == "unsupported" else _first_line(err))
+        failure = _failure(err)
         del err  # drop the traceback (and the tensors its frames hold) before freeing memory
     if cell.compile:
         # the compiled cell's caches (and, with mode=reduce-overhead, its CUDA-graph memory pool) would
@@ -419,7 +539,40 @@ def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad
     _free_memory(device)
     if failure is not None:
         return _row(cell, failure[0], failure[1])
-    return _row(cell, "ok", option_note, **outcome)
+    return _row(cell, "ok", _ok_note(cell, options, compile_mode), **outcome)
+
+
+def run_interleaved(cells: list[Cell], *, device, options: dict, steps: int, warmup: int, grad_clip: float,
+                    seed: int, rounds: int, attention_dropout: float = 0.1, compile_mode: str = "default") -> list[dict]:
+    """The rows of cells of one (length, regime, mode) measured side by side (:func:`measure_interleaved`)."""
+    rows: dict[tuple, dict] = {}
+    runnable = []
+    for cell in cells:
+        unsupported = _unsupported_row(cell, device, options.get(cell.attention, {}))
+        if unsupported is not None:
+            rows[cell.key] = unsupported
+        else:
+            runnable.append(cell)
+    if runnable:
+        results = measure_interleaved(runnable, device=device, options=options, steps=steps, warmup=warmup,
+                                      grad_clip=grad_clip, seed=seed, rounds=rounds,
+                                      attention_dropout=attention_dropout, compile_mode=compile_mode)
+        for cell in runnable:
+            outcome = results[cell.key]
+            if isinstance(outcome, BaseException):
+                rows[cell.key] = _row(cell, *_failure(outcome))
+                continue
+            others = [c.attention for c in runnable if c is not cell and isinstance(results[c.key], dict)]
+            together = f"interleaved with {', '.join(others)} ({rounds} rounds)" if others else "interleaved (alone)"
+            rows[cell.key] = _row(cell, "ok", ", ".join(filter(None, [_ok_note(cell, options.get(cell.attention, {}),
+                                                                                 compile_mode), together])), **outcome)
+        del results
+        if any(c.compile for c in runnable):
+            import torch
+
+            torch._dynamo.reset()
+        _free_memory(device)
+    return [rows[c.key] for c in cells]
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -527,31 +680,49 @@ def run(args) -> int:
     if len(todo) < len(cells):
         console.print(f"resuming: {len(cells) - len(todo)} of {len(cells)} cells already in {csv_path}")
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    # one cell at a time, or (--interleave) the cells of one (length, regime, mode) together
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in todo:
+        groups.setdefault((cell.seq_len, cell.regime, cell.compile) if args.interleave else cell.key, []).append(cell)
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task("lra bench models", total=len(todo))
-        for cell in todo:
-            progress.update(bar, description=cell.describe())
-            first_oom = oom_at.get((cell.attention, cell.regime, cell.compile))
-            if first_oom is not None and cell.seq_len > first_oom:
-                row = _row(cell, "oom", f"not run: out of memory already at N={format_seq_len(first_oom)}")
+        for group in groups.values():
+            progress.update(bar, description=" + ".join(c.describe() for c in group))
+            new_rows: dict[tuple, dict] = {}
+            to_run = []
+            for cell in group:
+                first_oom = oom_at.get((cell.attention, cell.regime, cell.compile))
+                if first_oom is not None and cell.seq_len > first_oom:
+                    new_rows[cell.key] = _row(cell, "oom", f"not run: out of memory already at N={format_seq_len(first_oom)}")
+                else:
+                    to_run.append(cell)
+            if args.interleave and to_run:
+                for row in run_interleaved(to_run, device=device, options=settings["options"], steps=args.steps,
+                                           warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed,
+                                           rounds=args.rounds, attention_dropout=args.attention_dropout,
+                                           compile_mode=args.compile_mode):
+                    new_rows[(row["attention"], int(row["seq_len"]), row["regime"], bool(row["compile"]))] = row
             else:
-                row = run_cell(cell, device=device, options=settings["options"].get(cell.attention, {}),
-                               steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed,
-                               attention_dropout=args.attention_dropout, profile_dir=args.profile,
-                               compile_mode=args.compile_mode)
-            if row["status"] == "oom":
-                k = (cell.attention, cell.regime, cell.compile)
-                oom_at[k] = min(oom_at.get(k, 1 << 62), cell.seq_len)
-            rows = [r for r in rows if (r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])) != cell.key]
-            rows.append(row)
-            write_csv(csv_path, rows)  # after every cell: a killed run loses at most the current one
-            if row["status"] == "ok":
-                shown = f"{row['ms_per_step']:.2f} ms/step, {format_rate(row['tokens_per_s'])} tokens/s" + (
-                    f", {row['peak_mem_gb']:.2f} GB" if math.isfinite(row["peak_mem_gb"]) else "")
-            else:
-                shown = f"{row['status']}: {row['note']}"
-            progress.console.print(f"{cell.describe()}: {shown}")
-            progress.advance(bar)
+                for cell in to_run:
+                    new_rows[cell.key] = run_cell(cell, device=device, options=settings["options"].get(cell.attention, {}),
+                                                  steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip,
+                                                  seed=args.seed, attention_dropout=args.attention_dropout,
+                                                  profile_dir=args.profile, compile_mode=args.compile_mode)
+            for cell in group:
+                row = new_rows[cell.key]
+                if row["status"] == "oom":
+                    k = (cell.attention, cell.regime, cell.compile)
+                    oom_at[k] = min(oom_at.get(k, 1 << 62), cell.seq_len)
+                rows = [r for r in rows if (r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])) != cell.key]
+                rows.append(row)
+                if row["status"] == "ok":
+                    shown = f"{row['ms_per_step']:.2f} ms/step, {format_rate(row['tokens_per_s'])} tokens/s" + (
+                        f", {row['peak_mem_gb']:.2f} GB" if math.isfinite(row["peak_mem_gb"]) else "")
+                else:
+                    shown = f"{row['status']}: {row['note']}"
+                progress.console.print(f"{cell.describe()}: {shown}")
+                progress.advance(bar)
+            write_csv(csv_path, rows)  # after every cell (group): a killed run loses at most the current one
     order = {c.key: i for i, c in enumerate(cells)}
     rows.sort(key=lambda r: order.get((r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])), 1 << 30))
     frame = write_csv(csv_path, rows)

@@ -270,3 +270,58 @@ def test_a_compiled_cell_leaves_no_compile_caches_behind(monkeypatch):
     events.clear()
     models.run_cell(models.Cell("softmax", 64, "custom", 128, False), **kwargs)
     assert events == ["measure"]  # eager cells compile nothing
+
+
+def test_interleaved_cpu_run_times_each_attention_in_the_same_rounds(tmp_path, one_thread):
+    out = tmp_path / "inter.csv"
+    argv = ["--seq-lens", "64", "--tokens-per-batch", "128", "--steps", "4", "--warmup", "1", "--interleave",
+            "--rounds", "2", "--attentions", "softmax", "sdpa", "bigbird", "--device", "cpu", "--out", out]
+    assert models.run(parse(*argv)) == 0
+    frame = pd.read_csv(out).set_index("attention")
+    assert frame.loc["softmax", "status"] == frame.loc["sdpa", "status"] == "ok"
+    assert "interleaved with sdpa (2 rounds)" in frame.loc["softmax", "note"]
+    assert "interleaved with softmax (2 rounds)" in frame.loc["sdpa", "note"]
+    assert frame.loc["bigbird", "status"] == "unsupported"  # too few blocks at N = 64: not built at all
+    assert (frame.loc[["softmax", "sdpa"], "ms_per_step"] > 0).all()
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["settings"]["interleave"] is True and meta["settings"]["rounds"] == 2
+
+
+class _FakeWorkload:
+    """Stands in for models.Workload: records the order of the timed blocks; 'boom' fails to build."""
+
+    log: list = []
+
+    def __init__(self, cell, **kwargs):
+        if cell.attention == "boom":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        self.cell = cell
+
+    def run(self, n):
+        _FakeWorkload.log.append((self.cell.attention, n))
+        return [{"a": 1.0, "b": 2.0}[self.cell.attention]] * n
+
+
+def test_interleaved_rounds_rotate_and_failures_stay_per_cell(monkeypatch):
+    monkeypatch.setattr(models, "Workload", _FakeWorkload)
+    monkeypatch.setattr(models, "_unsupported_row", lambda cell, device, options: None)  # names not registered
+    _FakeWorkload.log = []
+    cells = [models.Cell(name, 64, "custom", 128, False) for name in ("a", "boom", "b")]
+    results = models.measure_interleaved(cells, device=torch.device("cpu"), options={}, steps=5, warmup=2,
+                                         grad_clip=1.0, seed=0, rounds=3)
+    # warm-up of each built model, then 3 rounds of ceil(5 / 3) = 2 steps, the order rotating by one
+    assert _FakeWorkload.log == [("a", 2), ("b", 2), ("a", 2), ("b", 2), ("b", 2), ("a", 2), ("a", 2), ("b", 2)]
+    assert results[cells[0].key]["ms_per_step"] == 1.0 and results[cells[2].key]["ms_per_step"] == 2.0
+    assert isinstance(results[cells[1].key], RuntimeError)
+    rows = models.run_interleaved(cells, device=torch.device("cpu"), options={}, steps=5, warmup=2, grad_clip=1.0,
+                                  seed=0, rounds=3)
+    by_name = {r["attention"]: r for r in rows}
+    assert by_name["boom"]["status"] in ("oom", "unsupported")
+    assert by_name["a"]["note"].endswith("interleaved with b (3 rounds)")
+
+
+def test_interleave_option_errors():
+    with pytest.raises(ValueError, match="--profile and --interleave"):
+        models.plan(parse("--interleave", "--profile", "p"), REGISTERED, "cpu")
+    with pytest.raises(ValueError, match="--rounds must be between 1 and --steps"):
+        models.plan(parse("--interleave", "--steps", "3", "--rounds", "4"), REGISTERED, "cpu")

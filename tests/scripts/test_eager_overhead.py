@@ -17,7 +17,8 @@ def test_rows_are_timed_and_the_real_kernels_come_back(load_script, tmp_path):
     assert {name: getattr(kern, name) for name in script.KERNELS} == before  # stubs removed again
     rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and "µs" not in line
             and not line.startswith("| ---")]
-    assert len(rows) == 11
+    assert len(rows) == 13
+    assert sum(line.startswith("| model core") for line in rows) == 2  # q/k/v views; packed
     assert sum("block_sparse_flash_attention" in line for line in rows) == 2  # forward; forward + backward
     values = [float(line.rsplit("|", 2)[1]) for line in rows]
     assert all(v > 0 for v in values)
