@@ -23,12 +23,13 @@ import argparse
 import cProfile
 import io
 import pstats
-import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_overhead import host_us  # noqa: E402  (the sibling script's timer)
 from kernels import flash_attention_qkvpacked, launch
 from kernels import triton_attention as kern
 
@@ -46,18 +47,9 @@ class _Recorder:
         return run
 
 
-def per_call_us(fn, iters: int = 400, repeats: int = 7) -> float:
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        out.append((time.perf_counter() - t) / iters * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(out)
+def per_call_us(fn) -> float:
+    """Host µs per call: host_overhead.py's timer (median of 7 means of 400 calls)."""
+    return host_us(fn, iters=400, repeats=7)
 
 
 def main() -> None:
