@@ -1,11 +1,13 @@
 """A lean launch path for our Triton kernels: Triton's per-call argument binding skipped on repeat calls.
 
-Why: the `paper` LRA model's small-batch step is bound by the host CPU (issue #8), and there each
-``kernel[grid](*args, **kwargs)`` of Triton's ``JITFunction.run`` cost ~150 us of host time per
-launch of our forward and dK/dV kernels on the H200's host (session 13, scripts/h200/
-host_overhead.py: three launches were 460 us of a 1,021 us eager forward + backward; SDPA's whole
-forward + backward took 587 us). ``JITFunction.run`` binds and specialises every argument (~45
-here), builds a cache key, looks the compiled kernel up and assembles launch metadata on each call.
+Why: the `paper` LRA model's small-batch step is bound by the host CPU (issue #8), and each eager
+attention call launches three of our kernels. On the H200's host (session 13, scripts/h200/
+launch_overhead.py, results/models/session13/) ``kernel[grid](*args, **kwargs)`` through Triton's
+``JITFunction.run`` cost 32 / 24 / 48 us per launch of the forward / backward-preprocess / dK/dV
+kernel (58 / 22 / 73 arguments): it binds and specialises every argument, builds a cache key, looks
+the compiled kernel up and assembles launch metadata on each call, while the compiled kernel's own
+launcher takes 6-12 us. This path brought them to 26 / 15 / 37 us (the rest is this module's own
+signature, computed in Python over every argument).
 
 What: :func:`launcher` wraps a JIT kernel so that ``launcher(kernel)[grid](*args, **kwargs)`` works
 like the kernel's own. The first call with a given *launch signature* goes through Triton as usual
@@ -104,7 +106,6 @@ class CachedLauncher:
 
     def __init__(self, kernel):
         self.kernel = kernel
-        self.params = [p.name for p in kernel.params]
         self.entries: dict[tuple, tuple] = {}  # signature -> (compiled kernel, constant tail of the arguments)
         self.hits = 0
         self.misses = 0

@@ -435,7 +435,9 @@ def measure_interleaved(cells: list[Cell], *, device, options: dict, steps: int,
                             reset_compiler=False)
             work.run(warmup)
         except Exception as err:  # noqa: BLE001 - recorded per cell by the caller
-            results[cell.key] = err
+            # without its traceback, whose frames would keep the failed model's tensors alive
+            results[cell.key] = err.with_traceback(None)
+            work = None
             _free_memory(device)
             continue
         if cuda:
@@ -459,7 +461,11 @@ def measure_interleaved(cells: list[Cell], *, device, options: dict, steps: int,
                 if cuda:
                     peaks[key] = max(peaks[key], torch.cuda.max_memory_allocated(device) - others)
             except Exception as err:  # noqa: BLE001
-                results[key] = err
+                results[key] = err.with_traceback(None)
+        kept = [w for w in works if w.cell.key not in results]
+        if len(kept) < len(works):
+            works = kept  # a model that failed in this round leaves, and its memory with it
+            _free_memory(device)
     for w in works:
         if w.cell.key not in results:
             results[w.cell.key] = _metrics(w.cell, times[w.cell.key], peaks[w.cell.key] / 1e9 if cuda else math.nan)

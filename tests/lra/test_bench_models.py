@@ -299,7 +299,9 @@ class _FakeWorkload:
 
     def run(self, n):
         _FakeWorkload.log.append((self.cell.attention, n))
-        return [{"a": 1.0, "b": 2.0}[self.cell.attention]] * n
+        if self.cell.attention == "late" and len([e for e in _FakeWorkload.log if e[0] == "late"]) == 3:
+            raise RuntimeError("an illegal memory access was encountered")  # in its second timed round
+        return [{"a": 1.0, "b": 2.0, "late": 3.0}[self.cell.attention]] * n
 
 
 def test_interleaved_rounds_rotate_and_failures_stay_per_cell(monkeypatch):
@@ -316,8 +318,17 @@ def test_interleaved_rounds_rotate_and_failures_stay_per_cell(monkeypatch):
     rows = models.run_interleaved(cells, device=torch.device("cpu"), options={}, steps=5, warmup=2, grad_clip=1.0,
                                   seed=0, rounds=3)
     by_name = {r["attention"]: r for r in rows}
-    assert by_name["boom"]["status"] in ("oom", "unsupported")
+    assert by_name["boom"]["status"] == "oom"
     assert by_name["a"]["note"].endswith("interleaved with b (3 rounds)")
+    # a failure in a timed round ends that model's rounds only; the others finish theirs
+    _FakeWorkload.log = []
+    cells = [models.Cell(name, 64, "custom", 128, False) for name in ("a", "late")]
+    results = models.measure_interleaved(cells, device=torch.device("cpu"), options={}, steps=4, warmup=1,
+                                         grad_clip=1.0, seed=0, rounds=4)
+    assert "illegal memory access" in str(results[cells[1].key])
+    assert results[cells[0].key]["ms_per_step"] == 1.0
+    assert [e for e in _FakeWorkload.log if e[0] == "a"] == [("a", 1)] + [("a", 1)] * 4
+    assert [e for e in _FakeWorkload.log if e[0] == "late"] == [("late", 1)] * 3
 
 
 def test_interleave_option_errors():
