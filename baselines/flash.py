@@ -188,6 +188,7 @@ class BlockSparseFlashAttention(nn.Module):
         self._attention = _kernel_function("block_sparse_flash_attention")
         self._attention_packed = _kernel_function("block_sparse_flash_attention_qkvpacked")
         kernels = import_kernels()
+        self._check_packed = kernels.validation.check_packed_qkv
         self.layout_name = layout
         self.block_size = int(block_size)
         self.max_len = int(max_len)
@@ -260,8 +261,7 @@ class BlockSparseFlashAttention(nn.Module):
     def forward_packed(self, qkv: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Self-attention of a packed (B, N, 3, H, d) QKV tensor -> (B, N, H, d); see
         :func:`kernels.block_sparse_flash_attention_qkvpacked`."""
-        if qkv.dim() != 5:
-            raise ValueError(f"flash_sparse attention: qkv must have shape (B, N, 3, H, d), got {tuple(qkv.shape)}")
+        self._check_packed(qkv)  # its N picks the layout below
         _check_device("flash_sparse attention", qkv)
         layout = self._kernel_layout(qkv.shape[1])
         dropout_p = self.dropout if self.training else 0.0

@@ -45,7 +45,7 @@ from . import layouts as _layouts
 from . import ops
 from .dropout import draw_seed
 from .tiles import Tiles, select
-from .validation import check_attention_inputs, check_packed_qkv
+from .validation import check_attention_inputs
 
 SUPPORTED_BLOCK_SIZES = (16, 32, 64, 128, 256)
 
@@ -281,8 +281,7 @@ def block_sparse_flash_attention_qkvpacked(qkv: torch.Tensor, layout, *, block_s
                                            dropout_p: float = 0.0, softmax_scale: float | None = None) -> torch.Tensor:
     """:func:`block_sparse_flash_attention` of q, k, v packed in one (B, N, 3, H, d) tensor, returning
     (B, N, H, d); the packed form of :func:`kernels.flash_attention_qkvpacked` (same gains in eager mode)."""
-    check_packed_qkv(qkv)
-    q, k, v = views = ops.unpack_qkv(qkv.detach())  # not tracked by autograd
+    q, k, v = views = ops.packed_views(qkv)
     scale, dropout_p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
                                                     softmax_scale)
     return ops.attention_packed(qkv, views, key_padding_mask, seed, plans, causal, dropout_p, scale, tiles)

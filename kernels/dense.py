@@ -8,7 +8,7 @@ import torch
 from . import ops
 from .dropout import draw_seed
 from .tiles import select
-from .validation import check_attention_inputs, check_packed_qkv
+from .validation import check_attention_inputs
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
@@ -62,8 +62,7 @@ def flash_attention_qkvpacked(qkv: torch.Tensor, *, key_padding_mask: torch.Tens
     gradient comes back as one (B, N, 3, H, d) tensor. In eager mode this skips the view, permute
     and copy operations that q/k/v views cost their caller (see ``kernels.ops._PackedFlashFunction``).
     """
-    check_packed_qkv(qkv)
-    q, k, v = views = ops.unpack_qkv(qkv.detach())  # not tracked by autograd
+    q, k, v = views = ops.packed_views(qkv)
     scale, dropout_p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
     return ops.attention_packed(qkv, views, key_padding_mask, seed, (None,) * 6, causal, dropout_p, scale, tiles)
 

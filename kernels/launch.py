@@ -32,6 +32,13 @@ from typing import Any, Callable
 
 import torch
 
+try:  # the pieces of Triton the cached path uses, imported once (launches are the hot path)
+    from triton import knobs as _knobs
+    from triton.runtime import driver as _driver
+    from triton.runtime.jit import JITFunction as _JITFunction
+except ImportError:  # a Triton without them: the cached path stays off (_available)
+    _knobs = _driver = _JITFunction = None
+
 ENV = "LRA_TRITON_LAUNCH"
 # Triton (major, minor) releases whose JITFunction / CompiledKernel internals this module uses:
 # JITFunction.params, CompiledKernel.run / function / packed_metadata, knobs.runtime.launch_*_hook.
@@ -52,14 +59,9 @@ def _available() -> bool:
     if os.environ.get("TRITON_INTERPRET") == "1":
         return False
     major, minor = (int(x) for x in triton.__version__.split(".")[:2])
-    if (major, minor) not in VERIFIED_TRITON:
+    if (major, minor) not in VERIFIED_TRITON or _knobs is None:
         return False
-    try:
-        from triton import knobs
-        from triton.runtime import driver  # noqa: F401
-        return hasattr(knobs.runtime, "launch_enter_hook")
-    except ImportError:
-        return False
+    return hasattr(_knobs.runtime, "launch_enter_hook")
 
 
 MODE = _mode()
@@ -67,9 +69,7 @@ ENABLED = MODE == "cached" and _available()
 
 
 def _hooks_installed() -> bool:
-    from triton import knobs
-
-    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+    for hook in (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook):
         if hook is None:
             continue
         if getattr(hook, "calls", True):  # a HookChain with hooks, or a plain callable
@@ -79,9 +79,8 @@ def _hooks_installed() -> bool:
 
 def current_stream() -> int:
     """The raw CUDA stream Triton would launch on (its driver's current device and stream)."""
-    from triton.runtime import driver
-
-    return driver.active.get_current_stream(driver.active.get_current_device())
+    active = _driver.active
+    return active.get_current_stream(active.get_current_device())
 
 
 def signature(args: tuple, kwargs: dict) -> tuple | None:
@@ -146,18 +145,15 @@ class CachedLauncher:
 _launchers: dict[int, CachedLauncher] = {}
 
 
-def _is_jit_function(kernel) -> bool:
-    from triton.runtime.jit import JITFunction
-
-    return isinstance(kernel, JITFunction)
-
-
 def launcher(kernel):
     """``kernel`` wrapped in its :class:`CachedLauncher` where the cached path is enabled, else
-    ``kernel`` itself."""
-    if not ENABLED or not _is_jit_function(kernel):
+    ``kernel`` itself (also for anything that is not a JIT kernel, e.g. a test's stand-in)."""
+    if not ENABLED:
         return kernel
     wrapped = _launchers.get(id(kernel))
-    if wrapped is None or wrapped.kernel is not kernel:
-        wrapped = _launchers[id(kernel)] = CachedLauncher(kernel)
+    if wrapped is not None and wrapped.kernel is kernel:
+        return wrapped
+    if not isinstance(kernel, _JITFunction):
+        return kernel
+    wrapped = _launchers[id(kernel)] = CachedLauncher(kernel)
     return wrapped

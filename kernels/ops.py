@@ -70,6 +70,7 @@ from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
 from .launch import launcher
 from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, cdiv, padded_head_dim
+from .validation import check_packed_qkv
 
 Tensor = torch.Tensor
 
@@ -548,6 +549,14 @@ class _FlashFunction(torch.autograd.Function):
 def unpack_qkv(qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v as (B, H, N, d) views of a packed (B, N, 3, H, d) tensor (no copy; two view ops)."""
     return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def packed_views(qkv) -> tuple[Tensor, Tensor, Tensor]:
+    """A packed input checked (:func:`check_packed_qkv`) and its q, k, v views of ``qkv.detach()``:
+    for the callers' checks and tile choice, and the ``views`` of :func:`attention_packed` (not
+    tracked by autograd)."""
+    check_packed_qkv(qkv)
+    return unpack_qkv(qkv.detach())
 
 
 class _PackedFlashFunction(torch.autograd.Function):

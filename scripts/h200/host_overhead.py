@@ -36,6 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels import flash_attention, flash_attention_qkvpacked, launch, ops
 from kernels import triton_attention as kern
+from kernels.tiles import cdiv
 
 KERNELS = ("flash_fwd_kernel", "flash_bwd_preprocess_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel")
 
@@ -98,7 +99,7 @@ def main() -> None:
     delta, lse2 = torch.empty_like(lse), torch.empty_like(lse)
 
     def bare_launch():
-        kern.flash_bwd_preprocess_kernel[(triton_cdiv(N, 64), B * H)](
+        kern.flash_bwd_preprocess_kernel[(cdiv(N, 64), B * H)](
             out, out, lse, lse, delta, lse2, lse, *out.stride(), *out.stride(), H, N, d,
             BLOCK_M=64, BLOCK_D=max(16, d), HAS_DLSE=False, ZERO_DQ=False)
 
@@ -144,10 +145,6 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 if __name__ == "__main__":
