@@ -140,11 +140,15 @@ def main() -> None:
              f"median of {args.repeats} means over {args.iters} calls; {gpu_note}.", "",
              "| forward + backward of | host µs per call |", "| --- | --- |"]
     lines += [f"| {name} | {us:.1f} |" for name, us in rows]
-    text = "\n".join(lines) + "\n"
+    report("\n".join(lines) + "\n", args.out)
+
+
+def report(text: str, out: Path | None) -> None:
+    """Print the result, and write it to ``out`` too when given."""
     print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
 
 
 if __name__ == "__main__":

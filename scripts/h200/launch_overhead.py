@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_overhead import host_us  # noqa: E402  (the sibling script's timer)
+from host_overhead import host_us, report  # noqa: E402  (the sibling script's timer and output)
 from kernels import flash_attention_qkvpacked, launch
 from kernels import triton_attention as kern
 
@@ -112,11 +112,7 @@ def main() -> None:
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
         profiles.append(f"\n## cProfile, 300 launches of {name}\n" + s.getvalue())
-    text = "\n".join(lines) + "\n" + "".join(profiles)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    report("\n".join(lines) + "\n" + "".join(profiles), args.out)
 
 
 if __name__ == "__main__":
