@@ -19,6 +19,12 @@ and the type for floats. So a signature hit can only map to the kernel Triton it
 Calls with any other kind of positional argument (TMA tensor descriptors, None) and every call while
 a launch hook is installed (profilers) take Triton's path.
 
+On top of that, :class:`BoundLaunch` (made by :meth:`CachedLauncher.bind`) fixes every argument of a
+launch but its leading tensors: ``kernels.ops`` keeps one per kernel launch in a *launch plan* per
+input layout (shapes, strides, dtypes, flags) and replays it, which skips the ops' own argument
+building (strides, flags, tiles, grid) and the signature too (``$LRA_TRITON_LAUNCH=planned``, the
+default; ``cached`` keeps the per-launch signature cache only).
+
 Where it applies: compiled kernels (not Triton's interpreter, where ``launcher`` returns the kernel
 itself) on a Triton release whose internals this was written against and checked on the GPU
 (:data:`VERIFIED_TRITON`); anywhere else, or with ``$LRA_TRITON_LAUNCH=triton``, every call goes
@@ -45,11 +51,15 @@ ENV = "LRA_TRITON_LAUNCH"
 VERIFIED_TRITON = frozenset({(3, 6)})
 
 
+MODES = ("planned", "cached", "triton")
+
+
 def _mode() -> str:
-    value = os.environ.get(ENV, "").strip() or "cached"
-    if value not in ("cached", "triton"):
-        raise ValueError(f"${ENV}={value!r}: expected 'cached' (the default: repeat launches skip Triton's "
-                         "argument binding) or 'triton' (every launch through JITFunction.run)")
+    value = os.environ.get(ENV, "").strip() or "planned"
+    if value not in MODES:
+        raise ValueError(f"${ENV}={value!r}: expected 'planned' (the default: cached launches, and the "
+                         "attention ops replay launch plans per input layout), 'cached' (repeat launches skip "
+                         "Triton's argument binding) or 'triton' (every launch through JITFunction.run)")
     return value
 
 
@@ -65,7 +75,14 @@ def _available() -> bool:
 
 
 MODE = _mode()
-ENABLED = MODE == "cached" and _available()
+ENABLED = MODE != "triton" and _available()  # the cached path (tests switch it off at run time)
+PLANNED = MODE == "planned"  # launch plans in kernels.ops, on top of the cached path
+
+
+def plans_enabled() -> bool:
+    """Whether :mod:`kernels.ops` may bind and replay launch plans (:class:`BoundLaunch`): the
+    cached path is on and ``$LRA_TRITON_LAUNCH`` is "planned" (the default)."""
+    return ENABLED and PLANNED
 
 
 def _hooks_installed() -> bool:
@@ -130,6 +147,17 @@ class CachedLauncher:
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
         return compiled
 
+    def bind(self, grid, args: tuple, kwargs: dict) -> "BoundLaunch | None":
+        """Launch ``kernel[grid](*args, **kwargs)`` now and return a :class:`BoundLaunch` that repeats
+        it with new leading tensors; None (after launching) when the call has a positional argument
+        the signature does not handle (e.g. a TMA descriptor), which a bound launch cannot replay."""
+        compiled = self.launch(grid, args, kwargs)
+        n_tensors = leading_tensors(args)
+        if n_tensors is None or signature(args, kwargs) is None or not hasattr(compiled, "packed_metadata"):
+            return None
+        fixed = args[n_tensors:]
+        return BoundLaunch(self, compiled, grid, n_tensors, fixed, kwargs, fixed + self._tail(len(args), kwargs))
+
     def _tail(self, n_positional: int, kwargs: dict) -> tuple:
         """The parameters after the positional ones, in declaration order: the call's keyword values
         (constexprs), else the declared defaults (as Triton's binder fills them)."""
@@ -140,6 +168,53 @@ class CachedLauncher:
             else:
                 tail.append(p.default)
         return tuple(tail)
+
+
+def leading_tensors(args: tuple) -> int | None:
+    """How many of ``args`` lead as tensors, or None if a tensor follows a non-tensor (a layout a
+    :class:`BoundLaunch` cannot replay)."""
+    n = 0
+    while n < len(args) and isinstance(args[n], torch.Tensor):
+        n += 1
+    if any(isinstance(a, torch.Tensor) for a in args[n:]):
+        return None
+    return n
+
+
+class BoundLaunch:
+    """One launch with everything but its leading tensors fixed: ``bound(*tensors)`` runs the compiled
+    kernel with the grid, scalars and constexprs of the launch it was bound from.
+
+    For callers that cache launch plans per input layout (``kernels.ops``): the caller guarantees
+    that the new tensors match the bound ones in number, dtype and 16-byte alignment (its plan key
+    covers them), so the compiled kernel is the one Triton would pick. This skips even the
+    signature computation of :meth:`CachedLauncher.launch`. With a launch hook installed, or
+    without a compiled kernel (``compiled=None``: tests replaying through Triton's interpreter), it
+    launches through the kernel itself (profilers see the launch)."""
+
+    __slots__ = ("launcher", "compiled", "grid", "g0", "g1", "g2", "n_tensors", "fixed", "kwargs", "tail")
+
+    def __init__(self, launcher: CachedLauncher, compiled, grid, n_tensors: int, fixed: tuple, kwargs: dict,
+                 tail: tuple):
+        """``fixed``: the positional arguments after the ``n_tensors`` leading tensors; ``tail``: the
+        compiled kernel's arguments after the tensors (``fixed``, then the constexprs in declaration
+        order, as :meth:`CachedLauncher._tail` gives them)."""
+        self.launcher, self.compiled, self.grid = launcher, compiled, tuple(grid)
+        self.g0 = grid[0]
+        self.g1 = grid[1] if len(grid) > 1 else 1
+        self.g2 = grid[2] if len(grid) > 2 else 1
+        self.n_tensors, self.fixed, self.kwargs, self.tail = n_tensors, fixed, dict(kwargs), tail
+
+    def __call__(self, *tensors):
+        if len(tensors) != self.n_tensors:
+            raise TypeError(f"bound launch of {self.launcher.kernel} takes {self.n_tensors} tensors, got {len(tensors)}")
+        self.launcher.hits += 1
+        if self.compiled is None or _hooks_installed():
+            return self.launcher.kernel[self.grid](*tensors, *self.fixed, **self.kwargs)
+        c = self.compiled
+        c.run(self.g0, self.g1, self.g2, current_stream(), c.function, c.packed_metadata, None, None, None,
+              *tensors, *self.tail)
+        return c
 
 
 _launchers: dict[int, CachedLauncher] = {}

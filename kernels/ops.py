@@ -68,7 +68,7 @@ import triton
 from torch.autograd.function import once_differentiable
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
-from .launch import launcher
+from .launch import CachedLauncher, launcher, plans_enabled
 from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, cdiv, padded_head_dim
 from .validation import check_packed_qkv
 
@@ -307,30 +307,47 @@ def launch_fwd(
 def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
          seed: Optional[Tensor], fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor], causal: bool,
          dropout_p: float, softmax_scale: float, tiles: list[int]) -> tuple[Tensor, Tensor]:
-    """The forward launch; ``launch(kernel)`` is the kernel itself or its ``wrap_triton`` wrapper."""
+    """The forward launch; ``launch(kernel)`` is the kernel itself or its ``wrap_triton`` wrapper.
+    Eager calls on compiled kernels replay a launch plan when one exists for the inputs' layout."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
-    t: PassTiles = _tiles(tuple(tiles)).fwd
     out = new_output(q)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
     sparse = fwd_indices is not None
+    # the kernel's leading tensor arguments (unused ones get q as a placeholder)
+    tensors = (q, k, v, out, lse, pad, seed if seed is not None else q, fwd_indices if sparse else q,
+               fwd_counts if sparse else q)
+    key = None
+    if launch is _direct and plans_enabled():
+        key = _launch_plan_key("fwd", tensors, (q, k, v), key_padding_mask, seed, fwd_indices, fwd_counts, causal,
+                        dropout_p, softmax_scale, tiles)
+        plan = _LAUNCH_PLANS.get(key)
+        if plan:
+            plan[0](*tensors, q, k, v)  # a plan exists only for the pointer path: q, k, v fill the descriptor slots
+            return out, lse
+    t: PassTiles = _tiles(tuple(tiles)).fwd
     drop_threshold, drop_scale = _dropout_args(dropout_p)
     grid = _grid(cdiv(n_q, t.block_m), B * H, sparse)
     ws = warp_spec_applies("fwd", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
                            even_n=n_k % t.block_n == 0)
     descs, tma_flags = _descriptors(t, (q, k, v), ws, traced=launch is not _direct)
-    launch(kern.flash_fwd_kernel)[grid](
-        q, k, v, out, lse, pad, seed if seed is not None else q,
-        fwd_indices if sparse else q, fwd_counts if sparse else q, *descs,
+    args = (
+        *tensors, *descs,
         *_s4(q), *_s4(k), *_s4(v), *_s4(out),
         pad.stride(0) if key_padding_mask is not None else 0, pad.stride(1) if key_padding_mask is not None else 0,
         *_sparse_strides(fwd_indices, fwd_counts),
         H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, drop_threshold, drop_scale,
+    )
+    kwargs = dict(
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n),
         IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse,
         **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
     )
+    if key is not None:
+        _bind_launch_plan(key, [(kern.flash_fwd_kernel, grid, args, kwargs)])
+    else:
+        launch(kern.flash_fwd_kernel)[grid](*args, **kwargs)
     return out, lse
 
 
@@ -370,10 +387,10 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     and ``DROPOUT_BWD == "fused"`` the dK/dV kernel computes dQ too (atomically, into a float32
     buffer that the preprocess kernel zeroes) and the dQ kernel is not launched.
     ``grads``: (dq, dk, dv) tensors of q's, k's and v's shapes and dtype, any strides, to write the
-    gradients into (the packed-QKV path's views of one dQKV tensor); default: new contiguous ones."""
+    gradients into (the packed-QKV path's views of one dQKV tensor); default: new contiguous ones.
+    Eager calls on compiled kernels replay a launch plan when one exists for the inputs' layout."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
-    all_tiles = _tiles(tuple(tiles))
     # torch.use_deterministic_algorithms(True) (Lightning's deterministic=True) keeps the split form
     fused_dq = fused_dropout_backward(dropout_p)
     # fused: dQ's float32 sum, contiguous (B, H, N_q, d) as the kernel addresses it; zeroed by the preprocess
@@ -381,58 +398,140 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     if grads is not None:
         dq, dk, dv = grads
     else:
-        dq = None
+        dq = None if fused_dq else torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
         dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
         dv = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     lse2 = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    if grad_lse is not None:
+        grad_lse = grad_lse.contiguous()
     pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
-    pad_strides = (pad.stride(0), pad.stride(1)) if key_padding_mask is not None else (0, 0)
     sparse = dkdv_indices is not None
     seed_arg = seed if seed is not None else q
+    # each kernel's leading tensor arguments (unused ones get a placeholder)
+    pre_tensors = (out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2,
+                   dq_acc if fused_dq else lse)
+    dkdv_tensors = (q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, lse2, delta, pad, seed_arg,
+                    dkdv_indices if sparse else q, dkdv_counts if sparse else q)
+    dq_tensors = None if fused_dq else (q, k, v, grad_out, dq, lse2, delta, pad, seed_arg,
+                                        dq_indices if sparse else q, dq_counts if sparse else q)
+    key = None
+    if launch is _direct and plans_enabled():
+        dq_lists = None if dq_indices is None else (dq_indices, dq_counts)
+        key = _launch_plan_key("bwd", dkdv_tensors + pre_tensors[:4] + (dq if dq is not None else q,) + (dq_lists or ()),
+                        (q, k, v, grad_out, out, dq if dq is not None else q, dk, dv), key_padding_mask, seed,
+                        dkdv_indices, dkdv_counts, causal, dropout_p, softmax_scale, tiles,
+                        extra=(fused_dq, grad_lse is not None,
+                               None if dq_lists is None else tuple((t.shape, t.stride()) for t in dq_lists)))
+        plan = _LAUNCH_PLANS.get(key)
+        if plan:  # plans exist only for the pointer path: q, k, v, grad_out fill the descriptor slots
+            plan[0](*pre_tensors)
+            plan[1](*dkdv_tensors, q, k, v, grad_out)
+            if dq_tensors is not None:
+                plan[2](*dq_tensors, q, k, v, grad_out)
+            return _bwd_result(q, dq, dk, dv, dq_acc)
+    launches = []
+    pre_m = 64
+    launches.append((kern.flash_bwd_preprocess_kernel, (cdiv(n_q, pre_m), B * H), (
+        *pre_tensors, *_s4(out), *_s4(grad_out), H, n_q, d,
+    ), dict(BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None, ZERO_DQ=fused_dq)))
+    all_tiles = _tiles(tuple(tiles))
+    traced = launch is not _direct
+    pad_strides = (pad.stride(0), pad.stride(1)) if key_padding_mask is not None else (0, 0)
     drop_threshold, drop_scale = _dropout_args(dropout_p)
     qk_scale = softmax_scale * kern.LOG2E
     flags = dict(IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse)
-    if grad_lse is not None:
-        grad_lse = grad_lse.contiguous()
-    pre_m = 64
-    launch(kern.flash_bwd_preprocess_kernel)[(cdiv(n_q, pre_m), B * H)](
-        out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2, dq_acc if fused_dq else lse,
-        *_s4(out), *_s4(grad_out), H, n_q, d,
-        BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None, ZERO_DQ=fused_dq,
-    )
-    traced = launch is not _direct
     t = all_tiles.dkdv
     ws = warp_spec_applies("dkdv", t, causal=causal, dropout=dropout_p > 0.0, sparse=sparse,
                            even_n=n_k % t.block_n == 0)
     descs, tma_flags = _descriptors(t, (q, k, v, grad_out), ws, traced=traced)
-    launch(kern.flash_bwd_dkdv_kernel)[_grid(cdiv(n_k, t.block_n), B * H, sparse)](
-        q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, lse2, delta, pad, seed_arg,
-        dkdv_indices if sparse else q, dkdv_counts if sparse else q, *descs,
+    launches.append((kern.flash_bwd_dkdv_kernel, _grid(cdiv(n_k, t.block_n), B * H, sparse), (
+        *dkdv_tensors, *descs,
         *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dk), *_s4(dv), *pad_strides,
         *_sparse_strides(dkdv_indices, dkdv_counts),
         H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
+    ), dict(
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
         **tma_flags, FUSED_DQ=fused_dq, num_warps=t.num_warps, num_stages=t.num_stages,
-    )
-    if fused_dq:
+    )))
+    if dq_tensors is not None:
+        t = all_tiles.dq
+        descs, tma_flags = _descriptors(t, (q, k, v, grad_out), False, traced=traced)  # see warp_spec_applies
+        launches.append((kern.flash_bwd_dq_kernel, _grid(cdiv(n_q, t.block_m), B * H, sparse), (
+            *dq_tensors, *descs,
+            *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,
+            *_sparse_strides(dq_indices, dq_counts),
+            H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
+        ), dict(
+            BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
+            **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
+        )))
+    if key is not None:
+        _bind_launch_plan(key, launches)
+    else:
+        for kernel, grid, args, kwargs in launches:
+            launch(kernel)[grid](*args, **kwargs)
+    return _bwd_result(q, dq, dk, dv, dq_acc)
+
+
+def _bwd_result(q: Tensor, dq: Optional[Tensor], dk: Tensor, dv: Tensor, dq_acc: Optional[Tensor]):
+    """(dq, dk, dv) of :func:`_bwd`: the fused form's float32 dQ sum rounded to q's dtype (into the
+    caller's ``dq`` when given)."""
+    if dq_acc is not None:
         if dq is None:
             return dq_acc.to(q.dtype), dk, dv
         return dq.copy_(dq_acc), dk, dv
-    if dq is None:
-        dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
-    t = all_tiles.dq
-    descs, tma_flags = _descriptors(t, (q, k, v, grad_out), False, traced=traced)  # see warp_spec_applies
-    launch(kern.flash_bwd_dq_kernel)[_grid(cdiv(n_q, t.block_m), B * H, sparse)](
-        q, k, v, grad_out, dq, lse2, delta, pad, seed_arg,
-        dq_indices if sparse else q, dq_counts if sparse else q, *descs,
-        *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,
-        *_sparse_strides(dq_indices, dq_counts),
-        H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
-        BLOCK_M=t.block_m, BLOCK_N=t.block_n, **_common_flags(q, k, t.block_m, t.block_n), **flags,
-        **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
-    )
     return dq, dk, dv
+
+
+# ---------------------------------------------------------------------------------------------
+# launch plans (eager calls on compiled kernels)
+# ---------------------------------------------------------------------------------------------
+# Why: an eager `paper`-model step at the small batch is bound by the host CPU (issue #8), and the
+# argument building above (strides, flags, tiles, grid, TMA checks) plus the launch signature cost
+# tens of microseconds per call. A plan is the bound launches (kernels.launch.BoundLaunch) of one
+# direction for one input layout; a later call with the same layout only allocates its outputs and
+# replays them with its tensors.
+# Key: everything the launches' scalars, constexprs, grid and Triton's specialisation depend on --
+# the direction, device, dtype, every shape and stride the kernels read, which optional inputs are
+# present, causal, dropout_p, the scale, the tiles -- and only calls whose tensors are all 16-byte
+# aligned get one (Triton specialises on that; freshly allocated outputs always are). Value: the
+# bound launches, or False where the launch cannot be replayed (TMA descriptors), which then keeps
+# the path above.
+_LAUNCH_PLANS: dict[tuple, object] = {}
+_LAUNCH_PLANS_MAX = 1024  # distinct layouts before the cache is cleared (a guard against unbounded growth)
+
+
+def _launch_plan_key(direction: str, tensors: tuple, strided: tuple, key_padding_mask, seed, indices, counts,
+              causal: bool, dropout_p: float, softmax_scale: float, tiles, extra: tuple = ()) -> Optional[tuple]:
+    """The plan key of a call (see above), or None when one of ``tensors`` is not 16-byte aligned.
+    ``strided``: the tensors whose shapes and strides the launches read."""
+    misaligned = 0
+    for t in tensors:
+        misaligned |= t.data_ptr()
+    if misaligned & 15:
+        return None
+    q = strided[0]
+    return (direction, q.device, q.dtype, tuple((t.shape, t.stride()) for t in strided),
+            None if key_padding_mask is None else key_padding_mask.stride(), seed is None,
+            None if indices is None else (indices.shape, indices.stride(), counts.shape, counts.stride()),
+            causal, dropout_p, softmax_scale, tuple(tiles), extra)
+
+
+def _bind_launch_plan(key: tuple, launches: list) -> None:
+    """Run ``launches`` ((kernel, grid, args, kwargs), in order) and keep their bound forms as the plan
+    of ``key`` (False if one cannot be bound; the launches run either way)."""
+    bound = []
+    for kernel, grid, args, kwargs in launches:
+        wrapped = launcher(kernel)
+        if isinstance(wrapped, CachedLauncher):
+            bound.append(wrapped.bind(grid, args, kwargs))
+        else:  # not a JIT kernel (a test's stand-in): launched, never replayed
+            wrapped[grid](*args, **kwargs)
+            bound.append(None)
+    if len(_LAUNCH_PLANS) >= _LAUNCH_PLANS_MAX:
+        _LAUNCH_PLANS.clear()
+    _LAUNCH_PLANS[key] = tuple(bound) if all(b is not None for b in bound) else False
 
 
 @functools.wraps(launch_bwd)

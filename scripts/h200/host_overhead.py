@@ -11,15 +11,17 @@ runs at the host's pace), for:
 - `flash views`: the same views -> kernels.flash_attention -> head merge;
 - `flash packed`: kernels.flash_attention_qkvpacked on the (B, N, 3, H, d) view -> view (the model's
   flash path since session 13);
-- the two flash forms with our cached launches (kernels.launch, the default where it applies) and
-  with every launch through Triton's JITFunction.run;
-- the two flash forms with the Triton kernels replaced by no-ops (their difference to the real ones
-  is the launch path);
+- the two flash forms in each launch mode of kernels.launch: `planned` (the default since session
+  14: launch plans replayed per input layout), `cached` (per-launch signature cache, session 13) and
+  `Triton` (every launch through Triton's JITFunction.run);
+- the two flash forms with the Triton kernels replaced by no-ops and without plans (their
+  difference to the real ones is the launch path);
 - one bare launch of the backward's preprocess kernel (the cheapest of ours).
 
 Each number is the median over --repeats of the mean host time per call over --iters calls
 (perf_counter, one synchronize per repeat; the GPU never holds the loop back: checked by printing
-the GPU time of one call).
+the GPU time of one call). The sdpa and flash rows are measured in rotating rounds, so that the
+host's drift falls on all of them alike.
 
     PYTHONPATH=. python3 scripts/h200/host_overhead.py --out $OUT/host_overhead.md
 """
@@ -58,6 +60,28 @@ def host_us(fn, iters: int, repeats: int) -> float:
         means.append((time.perf_counter() - start) / iters * 1e6)
         torch.cuda.synchronize()
     return statistics.median(means)
+
+
+def host_us_interleaved(cases, iters: int, repeats: int) -> list[float]:
+    """:func:`host_us` of several (name, fn, setup) cases measured in rotating rounds (each round:
+    ``setup()``, then one mean over ``iters`` calls per case), so that the host's drift falls on all."""
+    means: list[list[float]] = [[] for _ in cases]
+    for _, fn, setup in cases:
+        setup()
+        for _ in range(50):
+            fn()
+    torch.cuda.synchronize()
+    for _ in range(repeats):
+        for i, (_, fn, setup) in enumerate(cases):
+            setup()
+            fn()  # a first call after a mode switch may bind new plans
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            means[i].append((time.perf_counter() - start) / iters * 1e6)
+            torch.cuda.synchronize()
+    return [statistics.median(m) for m in means]
 
 
 def main() -> None:
@@ -103,26 +127,34 @@ def main() -> None:
             out, out, lse, lse, delta, lse2, lse, *out.stride(), *out.stride(), H, N, d,
             BLOCK_M=64, BLOCK_D=max(16, d), HAS_DLSE=False, ZERO_DQ=False)
 
-    rows = []
-    for name, fn in (("sdpa (cuDNN): views + SDPA + head merge", sdpa),
-                     ("flash: views + flash_attention + head merge", flash_views),
-                     ("flash packed: flash_attention_qkvpacked + view", flash_packed)):
-        rows.append((name + f" (launches: {'cached' if launch.ENABLED else 'Triton'})",
-                     host_us(fn, args.iters, args.repeats)))
+    def modes(enabled: bool, planned: bool):
+        def apply():
+            launch.ENABLED, launch.PLANNED = enabled, planned
+        return apply
+
+    cases = [("sdpa (cuDNN): views + SDPA + head merge", sdpa, modes(launch.ENABLED, launch.PLANNED))]
+    forms = (("flash: views + flash_attention + head merge", flash_views),
+             ("flash packed: flash_attention_qkvpacked + view", flash_packed))
+    launch_modes = [("Triton", False, False)]
     if launch.ENABLED:
-        launch.ENABLED = False
-        for name, fn in (("flash: views + flash_attention + head merge", flash_views),
-                         ("flash packed: flash_attention_qkvpacked + view", flash_packed)):
-            rows.append((name + " (launches: Triton)", host_us(fn, args.iters, args.repeats)))
-        launch.ENABLED = True
+        launch_modes = [("planned", True, True), ("cached", True, False)] + launch_modes
+    for name, fn in forms:
+        for mode, enabled, planned in launch_modes:
+            cases.append((f"{name} (launches: {mode})", fn, modes(enabled, planned)))
+    restore = modes(launch.ENABLED, launch.PLANNED)
+    rows = list(zip([c[0] for c in cases], host_us_interleaved(cases, args.iters, args.repeats)))
+    restore()
     rows.append(("one bare Triton launch (backward preprocess kernel)", host_us(bare_launch, args.iters, args.repeats)))
     saved = {n: getattr(kern, n) for n in KERNELS}
+    planned = launch.PLANNED
     try:
+        launch.PLANNED = False  # the plans would replay the real kernels
         for n in KERNELS:
             setattr(kern, n, _NoLaunch())
-        rows.append(("flash, kernels stubbed: views form", host_us(flash_views, args.iters, args.repeats)))
-        rows.append(("flash, kernels stubbed: packed form", host_us(flash_packed, args.iters, args.repeats)))
+        rows.append(("flash, kernels stubbed (no plans): views form", host_us(flash_views, args.iters, args.repeats)))
+        rows.append(("flash, kernels stubbed (no plans): packed form", host_us(flash_packed, args.iters, args.repeats)))
     finally:
+        launch.PLANNED = planned
         for n, k in saved.items():
             setattr(kern, n, k)
     # GPU time of one packed call (to show the loop above is host-bound)
