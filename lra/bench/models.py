@@ -409,6 +409,25 @@ def measure(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_
     return metrics
 
 
+def _prime_gpu_libraries(cell: Cell, *, device, options: dict, grad_clip: float, seed: int,
+                         attention_dropout: float) -> int:
+    """Two eager steps of ``cell``'s model on one sequence, then everything freed; returns the bytes
+    still allocated that were not before (the workspaces the GPU libraries keep after first use). A
+    failure here is left to the cell's own build, which reports it (0 bytes then)."""
+    import torch
+
+    _free_memory(device)
+    before = torch.cuda.memory_allocated(device)
+    tiny = Cell(cell.attention, cell.seq_len, cell.regime, cell.seq_len, compile=False)
+    try:
+        Workload(tiny, device=device, options=options, grad_clip=grad_clip, seed=seed,
+                 attention_dropout=attention_dropout, reset_compiler=False).run(2)
+    except Exception:  # noqa: BLE001
+        pass
+    _free_memory(device)
+    return max(0, torch.cuda.memory_allocated(device) - before)
+
+
 def measure_interleaved(cells: list[Cell], *, device, options: dict, steps: int, warmup: int, grad_clip: float,
                         seed: int, rounds: int, attention_dropout: float = 0.1,
                         compile_mode: str = "default") -> dict[tuple, dict | BaseException]:
@@ -418,7 +437,10 @@ def measure_interleaved(cells: list[Cell], *, device, options: dict, steps: int,
     session13/); interleaving puts every attention in the same time windows, so their ratio is not the
     drift's. Returns, per cell key, its metrics or the exception that stopped it (building, warm-up or
     a round). Peak memory is each model's own: the others' resident memory (parameters, optimizer
-    state, batches) is subtracted."""
+    state, batches) is subtracted. What the GPU libraries keep once they have run (cuBLAS workspaces)
+    is charged to every model, as in a run of that model alone: it is measured by two one-sequence
+    eager steps of the first cell before any model is built (until session 14 it fell on the first
+    model only, ~70 MB at the small batch)."""
     import torch
 
     cuda = device.type == "cuda"
@@ -427,6 +449,10 @@ def measure_interleaved(cells: list[Cell], *, device, options: dict, steps: int,
     resident: dict[tuple, int] = {}
     if any(c.compile for c in cells):
         torch._dynamo.reset()
+    libraries = 0
+    if cuda and cells:
+        libraries = _prime_gpu_libraries(cells[0], device=device, options=options.get(cells[0].attention, {}),
+                                         grad_clip=grad_clip, seed=seed, attention_dropout=attention_dropout)
     for cell in cells:
         before = torch.cuda.memory_allocated(device) if cuda else 0
         try:
@@ -455,7 +481,7 @@ def measure_interleaved(cells: list[Cell], *, device, options: dict, steps: int,
             try:
                 if cuda:
                     torch.cuda.synchronize(device)
-                    others = torch.cuda.memory_allocated(device) - resident[key]
+                    others = torch.cuda.memory_allocated(device) - resident[key] - libraries
                     torch.cuda.reset_peak_memory_stats(device)
                 times[key] += w.run(per_round)
                 if cuda:

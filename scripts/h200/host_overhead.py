@@ -94,6 +94,9 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=500)
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--profile", type=int, default=0, metavar="CALLS",
+                   help="also profile CALLS packed calls (launch mode as set) with cProfile: the report gets the "
+                        "functions with the most own time")
     args = p.parse_args()
     B, N, H, d, dp = args.batch, args.seq_len, args.heads, args.head_dim, args.dropout
     dev = torch.device("cuda")
@@ -172,7 +175,27 @@ def main() -> None:
              f"median of {args.repeats} means over {args.iters} calls; {gpu_note}.", "",
              "| forward + backward of | host µs per call |", "| --- | --- |"]
     lines += [f"| {name} | {us:.1f} |" for name, us in rows]
+    if args.profile:
+        lines += ["", f"cProfile of {args.profile} packed calls (launches: {launch.MODE}), by own time:", "```",
+                  profile_text(flash_packed, args.profile), "```"]
     report("\n".join(lines) + "\n", args.out)
+
+
+def profile_text(fn, calls: int, top: int = 30) -> str:
+    """The ``top`` functions by own time over ``calls`` calls of ``fn`` (cProfile)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    profiler.disable()
+    buf = io.StringIO()
+    pstats.Stats(profiler, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue().strip()
 
 
 def report(text: str, out: Path | None) -> None:
