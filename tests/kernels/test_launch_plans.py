@@ -239,6 +239,48 @@ def test_plans_on_cuda_give_bitwise_the_results_of_built_launches(monkeypatch, s
     assert not torch.isnan(planned[1]).any()
 
 
+class _CudaLauncher:
+    """Stands in for Triton 3.6's CudaLauncher (CompiledKernel.run): its C entry point is .launch."""
+
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self, scratch: int):
+        self.global_scratch_size, self.profile_scratch_size = scratch, 0
+        self.direct, self.via_call = [], []
+
+    def launch(self, *args):
+        self.direct.append(args)
+
+    def __call__(self, *args):
+        self.via_call.append(args)
+
+
+@pytest.mark.parametrize("scratch", [0, 256])
+def test_bound_launch_calls_the_c_launcher_directly_when_no_scratch_is_needed(monkeypatch, scratch):
+    from test_launch import _Jit
+
+    monkeypatch.setattr(launch, "current_stream", lambda: 7)
+    monkeypatch.setattr(launch, "_hooks_installed", lambda: False)
+    runner = _CudaLauncher(scratch)
+
+    class Compiled:
+        function, packed_metadata, run = "fn-handle", ("meta",), runner
+
+    jit = _Jit()
+    jit.compiled = {launch.signature((torch.zeros(8), 4, 0.5), {"BLOCK": 32}): Compiled()}
+    bound = launch.CachedLauncher(jit).bind((3,), (torch.zeros(8), 4, 0.5), {"BLOCK": 32})
+    y = torch.ones(8)
+    bound(y)
+    if scratch:  # the kernel needs scratch memory: through CudaLauncher.__call__, which allocates it
+        assert not runner.direct and len(runner.via_call) == 1
+        assert runner.via_call[0][:9] == (3, 1, 1, 7, "fn-handle", ("meta",), None, None, None)
+    else:  # grid, stream, function, cooperative, PDL, two scratch buffers, metadata, launch metadata, hooks
+        (args,) = runner.direct
+        assert not runner.via_call
+        assert args[:13] == (3, 1, 1, 7, "fn-handle", False, True, None, None, ("meta",), None, None, None)
+        assert args[13] is y and args[14:] == (4, 0.5, 32, False)
+
+
 def test_leading_tensors_and_unbindable_calls():
     x = torch.zeros(4)
     assert launch.leading_tensors((x, x, 3, 0.5)) == 2
