@@ -307,6 +307,6 @@ def _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p, s
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0,
-                   fused_bwd=ops.fused_dropout_backward(dropout_p), n_q=shape.n_q)
+                   fused_bwd=ops.fused_dropout_backward(dropout_p))
     plans = _plans_for(compiled, shape.n_q, shape.n_k, causal, tiles)
     return scale, dropout_p, seed, plans, tiles.as_list()

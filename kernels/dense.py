@@ -74,5 +74,5 @@ def _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale):
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, dropout=dropout_p > 0.0,
-                   fused_bwd=ops.fused_dropout_backward(dropout_p), n_q=shape.n_q).as_list()
+                   fused_bwd=ops.fused_dropout_backward(dropout_p)).as_list()
     return scale, dropout_p, seed, tiles

@@ -134,18 +134,13 @@ _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
     32: PassTiles(64, 64, 4, 3),
     64: PassTiles(64, 128, 8, 3),
 }
-# The one-pass dK/dV at short sequences (N_q <= SHORT_SEQ_MAX): each program's loop over the query
-# tiles is short there, so wider key tiles (fewer programs, each loading K/V and writing dK/dV once
-# for more keys) pay off. `python -m kernels.tuning --head-dims 32 --seq-lens 1024 --tokens 32768
-# --hidden 64 --dropout 0.1 --passes fwd,dkdv` on the H200 (session 14, the model's small batch,
-# B 32 x H 2; results/models/session14/call2_7dd05da/tune_small_d32.json): (64, 128, 4, 3) 0.172 ms
-# vs the table's (64, 64, 4, 3) 0.203 ms (cuDNN's whole backward: 0.157 ms). At N = 4K and 16K the
-# table's entry wins by 15 % (above). 16 reuses 32's.
-SHORT_SEQ_MAX = 1024
-_GPU_16BIT_DROPOUT_FUSED_DKDV_SHORT: dict[int, PassTiles] = {
-    16: PassTiles(64, 128, 4, 3),
-    32: PassTiles(64, 128, 4, 3),
-}
+# Not adopted (session 14): wider one-pass dK/dV tiles for short sequences. At the model's small batch
+# at 1K (B 32 x H 2, d 32, dropout 0.1) `python -m kernels.tuning ... --passes dkdv` found (64, 128,
+# 4, 3) 0.172 ms vs this table's (64, 64, 4, 3) 0.203 ms (results/models/session14/call2_7dd05da/),
+# but (64, 64, 4, 3) won at the paper batch at 1K (B 256: 1.072 vs 1.235 ms) and at the small batch at
+# 2K / 4K (0.286 / 0.509 vs 0.313 / 0.596 ms; results/models/session14/call3_bb6939b/). With a length
+# rule (N_q <= 1K) the model's small-batch steps moved within the drift between calls, and its paper
+# batch at 1K measured 0.98x SDPA (1.16x two calls before without the rule). One entry for every length.
 # 16-bit block-sparse calls without dropout: entries here replace _GPU_16BIT's for them (before the
 # clamp to the block size). Measured with `python -m kernels.tuning --sparse bigbird --block-size 128
 # --head-dims 32,64 --seq-lens 4096,16384` on the H200 (session 7, git 8632699;
@@ -194,14 +189,13 @@ def override(tiles: Tiles) -> Iterator[None]:
 def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dropout: bool = False,
                   fused_dkdv: PassTiles | None = None, sparse: bool = False) -> None:
     """Replace one entry of the GPU table (16-bit inputs with dropout: ``dropout=True``; with
-    ``fused_dkdv`` also the dK/dV tiles of the one-pass dropout backward, at every sequence length;
-    16-bit block-sparse calls without dropout: ``sparse=True``)."""
+    ``fused_dkdv`` also the dK/dV tiles of the one-pass dropout backward; 16-bit block-sparse calls
+    without dropout: ``sparse=True``)."""
     if sparse:
         _GPU_16BIT_SPARSE[int(head_dim_padded)] = tiles
         return
-    if fused_dkdv is not None:  # a tuning file's entry serves every length (the short-sequence one too)
+    if fused_dkdv is not None:
         _GPU_16BIT_DROPOUT_FUSED_DKDV[int(head_dim_padded)] = fused_dkdv
-        _GPU_16BIT_DROPOUT_FUSED_DKDV_SHORT.pop(int(head_dim_padded), None)
     if fp32:
         _GPU_FP32[int(head_dim_padded)] = tiles
     else:
@@ -254,11 +248,10 @@ def load_tuning_from_env() -> list[str]:
 
 
 def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: int | None = None, *,
-           dropout: bool = False, fused_bwd: bool = False, n_q: int | None = None) -> Tiles:
+           dropout: bool = False, fused_bwd: bool = False) -> Tiles:
     """Tiles for inputs of ``dtype`` with ``head_dim`` on ``device`` (block-sparse: ``block_size``;
     ``dropout``: the call applies attention dropout; ``fused_bwd``: its backward is the one-pass
-    form, ``kernels.ops.fused_dropout_backward``; ``n_q``: the query length, when known: the one-pass
-    dK/dV tiles of short sequences differ)."""
+    form, ``kernels.ops.fused_dropout_backward``)."""
     if _override:
         tiles = _override[-1]
     elif device.type == "cuda":
@@ -271,12 +264,8 @@ def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: 
             tiles = _GPU_16BIT_SPARSE[d_pad]
         else:
             tiles = _GPU_16BIT[d_pad]
-        if dropout and fused_bwd and dtype != torch.float32:
-            short = n_q is not None and n_q <= SHORT_SEQ_MAX
-            fused = (_GPU_16BIT_DROPOUT_FUSED_DKDV_SHORT if short and d_pad in _GPU_16BIT_DROPOUT_FUSED_DKDV_SHORT
-                     else _GPU_16BIT_DROPOUT_FUSED_DKDV)
-            if d_pad in fused:
-                tiles = Tiles(tiles.fwd, fused[d_pad], tiles.dq)
+        if dropout and fused_bwd and dtype != torch.float32 and d_pad in _GPU_16BIT_DROPOUT_FUSED_DKDV:
+            tiles = Tiles(tiles.fwd, _GPU_16BIT_DROPOUT_FUSED_DKDV[d_pad], tiles.dq)
     else:
         tiles = _CPU
     if block_size is not None:

@@ -13,8 +13,7 @@ from kernels import tiles
 
 @pytest.fixture
 def restore_tables():
-    tables = (tiles._GPU_16BIT, tiles._GPU_16BIT_DROPOUT, tiles._GPU_16BIT_DROPOUT_FUSED_DKDV,
-              tiles._GPU_16BIT_DROPOUT_FUSED_DKDV_SHORT, tiles._GPU_16BIT_SPARSE)
+    tables = (tiles._GPU_16BIT, tiles._GPU_16BIT_DROPOUT, tiles._GPU_16BIT_DROPOUT_FUSED_DKDV, tiles._GPU_16BIT_SPARSE)
     saved = [dict(t) for t in tables]
     yield
     for table, entries in zip(tables, saved):
@@ -80,30 +79,6 @@ def test_the_one_pass_dropout_backward_has_its_own_dkdv_tiles(tmp_path, restore_
     tiles.load_tuning(_write(tmp_path, "split.json", {"dkdv": [64, 128, 8, 2]}, dropout=0.1, dropout_bwd="split"))
     assert tiles.select(cuda, torch.bfloat16, 64, dropout=True).dkdv == tiles.PassTiles(64, 128, 8, 2)
     assert tiles.select(cuda, torch.bfloat16, 64, dropout=True, fused_bwd=True).dkdv == tiles.PassTiles(32, 64, 4, 3)
-
-
-def test_short_sequences_get_the_one_pass_backwards_short_dkdv_tiles(tmp_path, restore_tables):
-    cuda = torch.device("cuda")
-    short, long = tiles._GPU_16BIT_DROPOUT_FUSED_DKDV_SHORT[32], tiles._GPU_16BIT_DROPOUT_FUSED_DKDV[32]
-    assert short != long
-    for n_q, expected in ((1, short), (tiles.SHORT_SEQ_MAX, short), (tiles.SHORT_SEQ_MAX + 1, long), (None, long)):
-        chosen = tiles.select(cuda, torch.bfloat16, 32, dropout=True, fused_bwd=True, n_q=n_q)
-        assert chosen.dkdv == expected, n_q
-        assert (chosen.fwd, chosen.dq) == (tiles.select(cuda, torch.bfloat16, 32, dropout=True).fwd,
-                                           tiles.select(cuda, torch.bfloat16, 32, dropout=True).dq)
-    # only the one-pass form (the split dK/dV computes no dQ), and a head dim without a short entry keeps its own
-    assert tiles.select(cuda, torch.bfloat16, 32, dropout=True, n_q=512) == tiles.select(cuda, torch.bfloat16, 32,
-                                                                                           dropout=True)
-    assert 64 not in tiles._GPU_16BIT_DROPOUT_FUSED_DKDV_SHORT
-    assert tiles.select(cuda, torch.bfloat16, 64, dropout=True, fused_bwd=True, n_q=512).dkdv == \
-        tiles._GPU_16BIT_DROPOUT_FUSED_DKDV[64]
-    # block-sparse: clamped to the block size like every entry
-    assert tiles.select(cuda, torch.bfloat16, 32, 64, dropout=True, fused_bwd=True, n_q=512).dkdv == short.clamped(64)
-    # a tuning file's one-pass entry serves every length
-    tiles.load_tuning(_write(tmp_path, "fused.json", {"dkdv": [32, 64, 4, 3]}, dropout=0.1, head_dim=32,
-                             dropout_bwd="fused"))
-    assert tiles.select(cuda, torch.bfloat16, 32, dropout=True, fused_bwd=True, n_q=512).dkdv == \
-        tiles.PassTiles(32, 64, 4, 3)
 
 
 def test_block_sparse_tuning_fills_its_own_table(tmp_path, restore_tables):

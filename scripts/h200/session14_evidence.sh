@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Device call (issue #8), session 14, last: the model benchmark grid with this session's launch path
+# (launch plans; bound launches calling Triton's C launcher directly), every cell interleaved
+# (`lra bench models --interleave`: the attentions of a cell timed in rotating rounds). One GPU:
+#   1. the launch and launch-plan tests on CUDA (bitwise: planned vs built launches);
+#   2. paper batch (262,144 tokens), eager: 1K / 4K with softmax, 16K without (it does not fit);
+#   3. small batch (32K tokens), eager, 1K / 4K / 16K;
+#   4. small batch, compiled (default mode), 1K / 4K / 16K;
+#   5. small batch, CUDA graphs (reduce-overhead), 1K / 4K;
+#   6. paper batch, compiled, 1K (with what is left).
+# flash, sdpa (cuDNN) and flash_sparse (BigBird) everywhere.
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=570 bash scripts/h200/session14_evidence.sh
+RECIPE=session14_evidence
+source "$(dirname "$0")/lib.sh"
+MB=(python3 -m lra bench models --interleave --warmup 10 --resume)
+ATT=(flash sdpa flash_sparse)
+
+lane() {
+  say "launch tests on CUDA"
+  timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_launch.py tests/kernels/test_launch_plans.py \
+      > "$WORK/pytest.log" 2>&1
+  say "tests: exit $? ($(tail -1 "$WORK/pytest.log"))"
+  say "paper batch, eager"
+  timeout -k 5 "$(left 400)" "${MB[@]}" --steps 40 --rounds 4 --regimes paper --modes eager --seq-lens 1024 4096 \
+      --attentions "${ATT[@]}" softmax --out "$WORK/paper_eager.csv" > "$WORK/paper_eager.log" 2>&1
+  timeout -k 5 "$(left 360)" "${MB[@]}" --steps 40 --rounds 4 --regimes paper --modes eager --seq-lens 16384 \
+      --attentions "${ATT[@]}" --out "$WORK/paper_eager_16k.csv" > "$WORK/paper_eager_16k.log" 2>&1
+  grep -h "ms/step" "$WORK"/paper_eager*.log
+  say "small batch, eager"
+  timeout -k 5 "$(left 300)" "${MB[@]}" --steps 100 --rounds 10 --regimes small --modes eager --seq-lens 1024 4096 16384 \
+      --attentions "${ATT[@]}" --out "$WORK/small_eager.csv" > "$WORK/small_eager.log" 2>&1
+  grep -h "ms/step" "$WORK/small_eager.log"
+  say "small batch, compiled"
+  timeout -k 5 "$(left 150)" "${MB[@]}" --steps 100 --rounds 10 --regimes small --modes compiled --seq-lens 1024 4096 16384 \
+      --attentions "${ATT[@]}" --out "$WORK/small_compiled.csv" > "$WORK/small_compiled.log" 2>&1
+  grep -h "ms/step" "$WORK/small_compiled.log"
+  say "small batch, CUDA graphs"
+  timeout -k 5 "$(left 70)" "${MB[@]}" --steps 100 --rounds 10 --regimes small --modes compiled --compile-mode reduce-overhead \
+      --seq-lens 1024 4096 --attentions flash sdpa --out "$WORK/small_cudagraphs.csv" > "$WORK/small_cudagraphs.log" 2>&1
+  grep -h "ms/step" "$WORK/small_cudagraphs.log"
+  say "paper batch, compiled, 1K"
+  timeout -k 5 "$(left 10)" "${MB[@]}" --steps 40 --rounds 4 --regimes paper --modes compiled --seq-lens 1024 \
+      --attentions "${ATT[@]}" --out "$WORK/paper_compiled.csv" > "$WORK/paper_compiled.log" 2>&1
+  grep -h "ms/step" "$WORK/paper_compiled.log"
+  say "done"
+}
+
+(export CUDA_VISIBLE_DEVICES=$ONE_GPU; lane) > "$WORK/lane0.log" 2>&1
+pack
