@@ -29,7 +29,9 @@ Where it applies: compiled kernels (not Triton's interpreter, where ``launcher``
 itself) on a Triton release whose internals this was written against and checked on the GPU
 (:data:`VERIFIED_TRITON`); anywhere else, or with ``$LRA_TRITON_LAUNCH=triton``, every call goes
 through Triton. Results are identical either way (the same compiled kernel runs with the same
-arguments); `tests/kernels/test_launch.py` checks that on CUDA.
+arguments); `tests/kernels/test_launch.py` and `test_launch_plans.py` check that bitwise on CUDA.
+Session 14 (results/models/session14/): one eager attention call, fwd + bwd, 449 us of host time with
+plans vs 709 us cached and 801 us through Triton (SDPA's: 318 us), same call on the H200.
 """
 from __future__ import annotations
 
@@ -213,7 +215,8 @@ class BoundLaunch:
         self.direct = self.head = None
         runner = compiled.run if compiled is not None else None
         if (runner is not None and callable(getattr(runner, "launch", None))
-                and getattr(runner, "global_scratch_size", None) == 0 and getattr(runner, "profile_scratch_size", None) == 0):
+                and getattr(runner, "global_scratch_size", None) == 0
+                and getattr(runner, "profile_scratch_size", None) == 0):
             self.direct = runner.launch
             # after (grid, stream): function, cooperative grid, PDL, the two scratch buffers (none),
             # packed metadata, launch metadata and the enter / exit hooks (none: checked per call)
@@ -222,7 +225,8 @@ class BoundLaunch:
 
     def __call__(self, *tensors):
         if len(tensors) != self.n_tensors:
-            raise TypeError(f"bound launch of {self.launcher.kernel} takes {self.n_tensors} tensors, got {len(tensors)}")
+            raise TypeError(f"bound launch of {self.launcher.kernel} takes {self.n_tensors} tensors, "
+                            f"got {len(tensors)}")
         self.launcher.hits += 1
         if self.compiled is None or _hooks_installed():
             return self.launcher.kernel[self.grid](*tensors, *self.fixed, **self.kwargs)

@@ -320,8 +320,8 @@ def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Op
                fwd_counts if sparse else q)
     key = None
     if launch is _direct and plans_enabled():
-        key = _launch_plan_key("fwd", tensors, (q, k, v), key_padding_mask, seed, fwd_indices, fwd_counts, causal,
-                        dropout_p, softmax_scale, tiles)
+        key = _launch_plan_key("fwd", tensors, (q, k, v), key_padding_mask, seed, fwd_indices, fwd_counts,
+                               causal, dropout_p, softmax_scale, tiles)
         plan = _LAUNCH_PLANS.get(key)
         if plan:
             plan[0](*tensors, q, k, v)  # a plan exists only for the pointer path: q, k, v fill the descriptor slots
@@ -418,11 +418,12 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
     key = None
     if launch is _direct and plans_enabled():
         dq_lists = None if dq_indices is None else (dq_indices, dq_counts)
-        key = _launch_plan_key("bwd", dkdv_tensors + pre_tensors[:4] + (dq if dq is not None else q,) + (dq_lists or ()),
-                        (q, k, v, grad_out, out, dq if dq is not None else q, dk, dv), key_padding_mask, seed,
-                        dkdv_indices, dkdv_counts, causal, dropout_p, softmax_scale, tiles,
-                        extra=(fused_dq, grad_lse is not None,
-                               None if dq_lists is None else tuple((t.shape, t.stride()) for t in dq_lists)))
+        key = _launch_plan_key(
+            "bwd", dkdv_tensors + pre_tensors[:4] + (dq if dq is not None else q,) + (dq_lists or ()),
+            (q, k, v, grad_out, out, dq if dq is not None else q, dk, dv), key_padding_mask, seed,
+            dkdv_indices, dkdv_counts, causal, dropout_p, softmax_scale, tiles,
+            extra=(fused_dq, grad_lse is not None, grad_out.dtype,
+                   None if dq_lists is None else tuple((t.shape, t.stride()) for t in dq_lists)))
         plan = _LAUNCH_PLANS.get(key)
         if plan:  # plans exist only for the pointer path: q, k, v, grad_out fill the descriptor slots
             plan[0](*pre_tensors)
@@ -503,9 +504,12 @@ _LAUNCH_PLANS_MAX = 1024  # distinct layouts before the cache is cleared (a guar
 
 
 def _launch_plan_key(direction: str, tensors: tuple, strided: tuple, key_padding_mask, seed, indices, counts,
-              causal: bool, dropout_p: float, softmax_scale: float, tiles, extra: tuple = ()) -> Optional[tuple]:
+                     causal: bool, dropout_p: float, softmax_scale: float, tiles,
+                     extra: tuple = ()) -> Optional[tuple]:
     """The plan key of a call (see above), or None when one of ``tensors`` is not 16-byte aligned.
-    ``strided``: the tensors whose shapes and strides the launches read."""
+    ``strided``: the tensors whose shapes and strides the launches read; their dtypes follow q's (the
+    inputs are checked to share one; outputs and buffers are allocated from it), except the
+    backward's incoming gradient, whose dtype the backward passes in ``extra``."""
     misaligned = 0
     for t in tensors:
         misaligned |= t.data_ptr()

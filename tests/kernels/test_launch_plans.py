@@ -171,7 +171,7 @@ def test_misaligned_inputs_are_never_planned(plans):
 
 
 def test_tma_launches_are_marked_unplannable_and_keep_working(plans):
-    tma = Tiles(PassTiles(32, 32, loads=LOADS_TMA), PassTiles(16, 32, loads=LOADS_TMA), PassTiles(32, 32, loads=LOADS_TMA))
+    tma = Tiles(*(PassTiles(m, n, loads=LOADS_TMA) for m, n in ((32, 32), (16, 32), (32, 32))))
     qkv = _packed(n=64, d=32)
     with override(tma):
         out1 = flash_attention_qkvpacked(qkv)
