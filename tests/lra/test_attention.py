@@ -24,6 +24,14 @@ WITH_DROPOUT = ("flash", "flash_sparse", "softmax", "sdpa", "linformer", "bigbir
 USES_KERNELS = ("flash", "flash_sparse")
 
 
+def cpu_modules(names):
+    """``names`` for a parametrize, those of our kernels marked cpu_machine: the tests build every
+    module on CPU tensors, which our kernels run only through Triton's interpreter (on a CUDA
+    machine tests/kernels covers them)."""
+    return [pytest.param(n, marks=pytest.mark.cpu_machine("builds our kernels' modules on CPU tensors"))
+            if n in USES_KERNELS else n for n in names]
+
+
 def make(name, **extra):
     return registry.build(name, **{**CONTEXT, **CASES[name], **extra})
 
@@ -47,7 +55,7 @@ def test_every_registered_attention_has_a_test_case():
     assert {"flash", "flash_sparse", "softmax", "sdpa", "performer", "linformer", "bigbird"} <= set(registry.names())
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", cpu_modules(CASES))
 def test_forward_backward_with_and_without_padding(name):
     attention = make(name)
     q, k, v, mask = inputs(requires_grad=True)
@@ -69,7 +77,7 @@ def test_forward_backward_with_and_without_padding(name):
     assert torch.equal(v.grad[1, :, VALID:], torch.zeros_like(v.grad[1, :, VALID:]))
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", cpu_modules(CASES))
 def test_padded_key_and_value_content_changes_no_output(name):
     attention = make(name).eval()
     q, k, v, mask = inputs()
@@ -82,7 +90,7 @@ def test_padded_key_and_value_content_changes_no_output(name):
     torch.testing.assert_close(changed, out, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", TRUNCATION_EXACT)
+@pytest.mark.parametrize("name", cpu_modules(TRUNCATION_EXACT))
 def test_padded_row_equals_its_unpadded_prefix(name):
     attention = make(name).eval()
     q, k, v, mask = inputs()
@@ -92,7 +100,7 @@ def test_padded_row_equals_its_unpadded_prefix(name):
     torch.testing.assert_close(padded, alone, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", WITH_DROPOUT)
+@pytest.mark.parametrize("name", cpu_modules(WITH_DROPOUT))
 def test_probability_dropout_applies_in_training_only(name):
     extra = {"backend": "math"} if name == "sdpa" else {}
     torch.manual_seed(0)

@@ -225,7 +225,9 @@ def test_data_spec_round_trip():
     assert DataSpec.from_dict(spec.to_dict()) == spec
 
 
-@pytest.mark.parametrize("name", list(registry.available()))
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.cpu_machine("builds the model on CPU tensors")) if n in ("flash", "flash_sparse")
+    else n for n in registry.available()])
 def test_every_registered_attention_trains_in_the_model(name):
     """Forward + backward through the real registry at a small N, with padding."""
     options = {"bigbird": {"block_size": 4}, "flash_sparse": {"block_size": 16},

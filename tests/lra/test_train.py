@@ -46,6 +46,7 @@ def only_record(runs: Path) -> dict:
     return load(paths[0])
 
 
+@pytest.mark.cpu_machine("expects a CPU run: no peak GPU memory, 32-bit precision")
 def test_listops_run_writes_record_logs_and_checkpoints(tmp_path, data_dir, capsys):
     runs = tmp_path / "runs"
     code = main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
@@ -344,6 +345,7 @@ def test_failed_run_exits_1_with_its_record(tmp_path, data_dir, capsys):
     assert rec["status"] == "failed" and "transformer_engine" in rec["error"]
 
 
+@pytest.mark.cpu_machine("two CPU processes with gloo; Lightning would pick the GPU")
 def test_ddp_with_two_cpu_processes(tmp_path, data_dir):
     """Lightning DDP (gloo) with 2 processes: one record from rank 0, the world size in it."""
     runs = tmp_path / "runs"
@@ -633,6 +635,7 @@ def _tail_from_step(rows, step):
     return [r for r in rows if r[0] >= step]
 
 
+@pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
 def test_resumed_run_draws_the_dropout_masks_of_an_uninterrupted_one(tmp_path, data_dir):
     """The RNG state is in the checkpoint: with dropout the resumed steps' losses are exactly those of
     the uninterrupted run (before: re-seeded at restart, the masks of the first steps again)."""
@@ -643,6 +646,7 @@ def test_resumed_run_draws_the_dropout_masks_of_an_uninterrupted_one(tmp_path, d
     assert after == _tail_from_step(whole, 6)
 
 
+@pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
 def test_resume_from_a_validation_checkpoint_with_dropout_continues_exactly(tmp_path, data_dir, monkeypatch):
     from lra import callbacks
 
@@ -654,6 +658,7 @@ def test_resume_from_a_validation_checkpoint_with_dropout_continues_exactly(tmp_
     assert after == _tail_from_step(whole, 4)
 
 
+@pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
 def test_ctrl_c_during_a_batch_trains_that_batch_after_resume(tmp_path, data_dir):
     """A batch fetched but interrupted before it was trained on is trained on after --resume (before:
     the loader's saved position counted it as done, and the resumed run skipped it)."""
@@ -681,6 +686,7 @@ def test_ctrl_c_between_accumulated_micro_batches_keeps_the_validation_checkpoin
     assert after == _tail_from_step(whole, 4)
 
 
+@pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
 def test_lra_stop_at_waits_for_the_end_of_an_accumulated_step(tmp_path, data_dir, monkeypatch):
     overrides = [*FAST, "train.max_steps=6", "train.val_check_interval=3", "train.accumulate_grad_batches=2"]
     # $LRA_STOP_AT already due at the first micro-batch

@@ -138,6 +138,7 @@ def test_axial_positions_transfer_by_duplicating_rows_and_columns(tmp_path, fact
     refuse(ckpt, TINY, big_spec, r"positional embedding \(model.positional\) axial in the checkpoint vs learned here")
 
 
+@pytest.mark.cpu_machine("builds our kernels' modules on CPU tensors, which only Triton's interpreter runs")
 def test_exact_property_holds_through_our_flash_kernel(tmp_path):
     """The same property with the Triton FlashAttention kernel (interpreter on CPU, float32)."""
     side, factor = 4, 2
