@@ -86,17 +86,27 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "plot"
 
 
-def _readable_log_axis(ax, which: str = "y") -> None:
-    """Log axis with engineering labels (2k, 5M); short spans also label the 2x and 5x ticks."""
-    from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
+def _plain_number(value: float, _pos=None) -> str:
+    """A tick label without SI prefixes: 0.24, 1.5, 50 (for quantities in a unit of their own, e.g.
+    GB, where an engineering label such as "240m" would read as milli-gigabytes)."""
+    return f"{value:.3g}"
+
+
+def _readable_log_axis(ax, which: str = "y", *, engineering: bool = True) -> None:
+    """Log axis with engineering labels (2k, 5M) or, with ``engineering=False``, plain numbers (0.2,
+    50); short spans also label the 2x and 5x ticks."""
+    from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
+
+    def formatter():
+        return EngFormatter(sep="") if engineering else FuncFormatter(_plain_number)
 
     axis = ax.yaxis if which == "y" else ax.xaxis
     low, high = ax.get_ylim() if which == "y" else ax.get_xlim()
     axis.set_major_locator(LogLocator(base=10))
-    axis.set_major_formatter(EngFormatter(sep=""))
-    if low > 0 and np.log10(high / low) < 1.5:
+    axis.set_major_formatter(formatter())
+    if low > 0 and np.log10(high / low) < 2.0:
         axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
-        axis.set_minor_formatter(EngFormatter(sep=""))
+        axis.set_minor_formatter(formatter())
     else:
         axis.set_minor_formatter(NullFormatter())
 
@@ -197,7 +207,7 @@ def _efficiency_figure(part: pd.DataFrame, out_dir, name: str) -> list[Path]:
                 sns.lineplot(data=values, x="seq_len", y=metric, hue="Attention", hue_order=order, palette=palette,
                              marker="o", ax=ax, legend=False, errorbar=None)
                 ax.set_yscale("log")
-                _readable_log_axis(ax, "y")
+                _readable_log_axis(ax, "y", engineering=metric != "peak_mem_gb")
             else:
                 ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center")
             for _, cell in data[data["status"] == "oom"].iterrows():

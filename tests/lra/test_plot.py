@@ -170,3 +170,23 @@ def test_training_accuracy_curves_from_the_runs_metrics(tmp_path):
     assert [r.name for r in results] == ["curves_pathfinder32"]
     png = tmp_path / "out" / "curves_pathfinder32.png"
     assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000
+
+
+def test_memory_axes_read_in_plain_numbers_and_throughput_in_engineering_units():
+    """Peak memory in GB below 1 must not read "240m" (milli-gigabytes); tokens/s keep 4M, 5M."""
+    import matplotlib.pyplot as plt
+
+    fig, (mem, rate) = plt.subplots(1, 2)
+    for ax, (low, high), engineering in ((mem, (0.15, 0.3), False), (rate, (3e6, 6e6), True)):
+        ax.set_yscale("log")
+        ax.set_ylim(low, high)
+        plot._readable_log_axis(ax, "y", engineering=engineering)
+    fig.canvas.draw()
+
+    def labels(ax):
+        ticks = ax.yaxis.get_majorticklabels() + ax.yaxis.get_minorticklabels()
+        return [t.get_text() for t in ticks if t.get_text()]
+
+    assert "0.2" in labels(mem) and not any(text.endswith("m") for text in labels(mem)), labels(mem)
+    assert "5M" in labels(rate), labels(rate)
+    plt.close(fig)
