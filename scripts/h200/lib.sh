@@ -129,6 +129,15 @@ pack() {
   ls -la "$OUT"
 }
 
+# cuda_tests SECONDS PYTEST_ARGS...: pytest on this machine's GPU (quiet, no cache dir), its log in
+# $WORK/pytest.log; then one line: the exit status and pytest's summary
+cuda_tests() {
+  local s=$1; shift
+  say "tests on CUDA"
+  timeout -k 5 "$s" python3 -m pytest -q -p no:cacheprovider "$@" > "$WORK/pytest.log" 2>&1
+  say "tests: exit $? ($(tail -1 "$WORK/pytest.log"))"
+}
+
 # triton_op_compile_tests SECONDS: the torch.compile tests (dense and block-sparse, aot_eager and
 # Inductor) with our ops in the triton_op form, log in $WORK/pytest_triton_op.log; sets tests_rc
 triton_op_compile_tests() {

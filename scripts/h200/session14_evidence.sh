@@ -16,10 +16,7 @@ MB=(python3 -m lra bench models --interleave --warmup 10 --resume)
 ATT=(flash sdpa flash_sparse)
 
 lane() {
-  say "launch tests on CUDA"
-  timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_launch.py tests/kernels/test_launch_plans.py \
-      > "$WORK/pytest.log" 2>&1
-  say "tests: exit $? ($(tail -1 "$WORK/pytest.log"))"
+  cuda_tests 60 tests/kernels/test_launch.py tests/kernels/test_launch_plans.py
   say "paper batch, eager"
   timeout -k 5 "$(left 400)" "${MB[@]}" --steps 40 --rounds 4 --regimes paper --modes eager --seq-lens 1024 4096 \
       --attentions "${ATT[@]}" softmax --out "$WORK/paper_eager.csv" > "$WORK/paper_eager.log" 2>&1

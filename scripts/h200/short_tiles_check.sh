@@ -15,11 +15,9 @@ MB=(python3 -m lra bench models --interleave --warmup 10)
 TUNE=(python3 -m kernels.tuning --head-dims 32 --hidden 64 --dropout 0.1 --passes dkdv)
 
 lane() {
-  say "tests on CUDA"
-  timeout -k 5 170 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_launch.py tests/kernels/test_launch_plans.py \
-      tests/kernels/test_packed.py tests/kernels/test_fused_backward.py tests/kernels/test_dropout.py \
-      tests/kernels/test_tiles.py tests/lra/test_model.py -k "not registered" > "$WORK/pytest.log" 2>&1
-  say "tests: exit $? ($(tail -1 "$WORK/pytest.log"))"
+  cuda_tests 170 tests/kernels/test_launch.py tests/kernels/test_launch_plans.py tests/kernels/test_packed.py \
+      tests/kernels/test_fused_backward.py tests/kernels/test_dropout.py tests/kernels/test_tiles.py \
+      tests/lra/test_model.py -k "not registered"
   say "host time per attention call, by launch mode"
   timeout -k 5 100 python3 scripts/h200/host_overhead.py --out "$WORK/host_overhead.md" > "$WORK/host_overhead.log" 2>&1
   cat "$WORK/host_overhead.md"

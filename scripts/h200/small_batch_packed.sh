@@ -22,11 +22,8 @@ source "$(dirname "$0")/lib.sh"
 MB=(python3 -m lra bench models --steps 50 --warmup 10)
 
 lane() {
-  say "tests on CUDA"
-  timeout -k 5 170 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_launch.py tests/kernels/test_packed.py \
-      tests/kernels/test_fused_backward.py tests/kernels/test_layer_norm.py tests/lra/test_model.py -k "not registered" \
-      > "$WORK/pytest.log" 2>&1
-  say "tests: exit $? ($(tail -1 "$WORK/pytest.log"))"
+  cuda_tests 170 tests/kernels/test_launch.py tests/kernels/test_packed.py \
+      tests/kernels/test_fused_backward.py tests/kernels/test_layer_norm.py tests/lra/test_model.py -k "not registered"
   say "host time per launch and per attention call"
   timeout -k 5 60 python3 scripts/h200/launch_overhead.py --out "$WORK/launch_overhead.txt" > "$WORK/launch_overhead.log" 2>&1
   sed -n 1,8p "$WORK/launch_overhead.txt"
