@@ -32,8 +32,8 @@ RECORD_COLUMNS = ("run_id", "task", "attention", "seq_len", "seed", "preset", "s
                   "best_val_acc", "train_tokens_per_s", "train_samples_per_s", "step_time_ms", "peak_mem_gb",
                   "wall_time_s", "time_to_best_s", "created", "path")
 # Columns of `lra bench models` CSVs (docs/interfaces.md).
-BENCH_COLUMNS = ("attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "ms_per_step",
-                 "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note")
+BENCH_COLUMNS = ("attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "compile_mode",
+                 "ms_per_step", "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note")
 RECORD_MEM_UNIT_BYTES = 2**30   # the unit of a run record's peak_mem_gb (lra.callbacks.GIB)
 BENCH_REQUIRED = ("attention", "seq_len", "regime", "compile", "tokens_per_s", "peak_mem_gb", "status")
 
@@ -199,6 +199,8 @@ def load_bench(paths: Iterable[str | Path]) -> pd.DataFrame:
         missing = [c for c in BENCH_REQUIRED if c not in frame.columns]
         if missing:
             raise ValueError(f"{path}: not a `lra bench models` CSV, missing column(s) {', '.join(missing)}")
+        if "compile_mode" not in frame.columns:  # written before session 14: the mode is in the provenance file
+            frame["compile_mode"] = _meta_compile_mode(path)
         for column in BENCH_COLUMNS:
             if column not in frame.columns:
                 frame[column] = np.nan
@@ -207,6 +209,18 @@ def load_bench(paths: Iterable[str | Path]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=[*BENCH_COLUMNS, "file"])
     return load_bench_frame(pd.concat(frames, ignore_index=True))
+
+
+def _meta_compile_mode(csv_path: Path):
+    """The torch.compile mode recorded in a benchmark CSV's provenance file (``<stem>.meta.json``,
+    ``settings.compile_mode``), or NaN (read as the default mode) without one."""
+    import json
+
+    meta_path = csv_path.with_name(csv_path.stem + ".meta.json")
+    try:
+        return json.loads(meta_path.read_text())["settings"]["compile_mode"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return np.nan
 
 
 def load_bench_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -218,6 +232,9 @@ def load_bench_frame(df: pd.DataFrame) -> pd.DataFrame:
     df["attention"] = df["attention"].astype(str)
     df["regime"] = df["regime"].astype(str)
     df["compile"] = df["compile"].map(_as_bool)
+    # files written before session 14 have no compile_mode: their compiled rows ran in the default mode
+    mode = df["compile_mode"].map(lambda m: "" if _missing(m) else str(m).strip())
+    df["compile_mode"] = [(m or "default") if c else "" for c, m in zip(df["compile"], mode)]
     df["status"] = df["status"].fillna("ok").astype(str)
     df["seq_len"] = pd.to_numeric(df["seq_len"], errors="coerce").astype("Int64")
     for column in ("ms_per_step", "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "batch_size",
@@ -524,6 +541,18 @@ EFFICIENCY_COLUMNS = ["kind", "setting", "task", "preset", "regime", "compile", 
 _REGIME_ORDER = ("paper", "small")
 
 
+def _mode_text(compiled: bool, compile_mode: str) -> str:
+    """eager; compiled (torch.compile's default mode); compiled, CUDA graphs (reduce-overhead); or e.g.
+    compiled (max-autotune)."""
+    if not compiled:
+        return "eager"
+    if compile_mode in ("", "default"):
+        return "compiled"
+    if compile_mode == "reduce-overhead":
+        return "compiled, CUDA graphs (reduce-overhead)"
+    return f"compiled ({compile_mode})"
+
+
 def efficiency_summary(records: pd.DataFrame | None = None, bench: pd.DataFrame | None = None,
                        baseline: str = "softmax") -> pd.DataFrame:
     """Tidy efficiency table, one row per (setting, attention, variant, seq_len).
@@ -561,7 +590,7 @@ def efficiency_summary(records: pd.DataFrame | None = None, bench: pd.DataFrame 
         # Later rows (a rerun in the same or a later file) replace earlier ones.
         latest = bench.drop_duplicates(["file", "regime", "compile", "attention", "seq_len"], keep="last")
         for _, r in latest.iterrows():
-            setting = f"model benchmark: {r['regime']} batch, {'compiled' if r['compile'] else 'eager'}"
+            setting = f"model benchmark: {r['regime']} batch, {_mode_text(r['compile'], r['compile_mode'])}"
             if len(files) > 1:
                 setting = f"{Path(str(r['file'])).stem} — {setting}"
             status = str(r["status"])

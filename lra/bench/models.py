@@ -63,8 +63,10 @@ DEFAULT_OPTIONS = {"cuda": {"sdpa": {"backend": "cudnn"}}, "cpu": {}}
 VOCAB_SIZE = 256
 NUM_CLASSES = 2
 # ms_p10 / ms_p90: the 10th / 90th percentile of the timed steps, so that noisy (launch-bound) cells show
-CSV_COLUMNS = ["attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "ms_per_step",
-               "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note"]
+# compile_mode: the torch.compile mode of a compiled row ("default", "reduce-overhead" = CUDA graphs, ...),
+# empty for eager rows (one mode per file: --resume refuses another).
+CSV_COLUMNS = ["attention", "seq_len", "batch_size", "tokens_per_batch", "regime", "compile", "compile_mode",
+               "ms_per_step", "ms_p10", "ms_p90", "samples_per_s", "tokens_per_s", "peak_mem_gb", "status", "note"]
 DONE_STATUSES = ("ok", "oom", "unsupported")
 # What a cell measures besides its key (attention, N, regime, mode): --resume refuses a file measured
 # with other values of these (settings keys, then top-level meta keys), and keeps the earlier runs'
@@ -616,7 +618,9 @@ def _paths(out: Path) -> tuple[Path, Path, Path]:
     return out, stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".meta.json")
 
 
-def write_csv(path: Path, rows: list[dict]) -> pd.DataFrame:
+def write_csv(path: Path, rows: list[dict], compile_mode: str = "default") -> pd.DataFrame:
+    """The rows as the CSV (atomically); ``compile_mode`` fills the column for compiled rows (eager: empty)."""
+    rows = [{**r, "compile_mode": compile_mode if r["compile"] else ""} for r in rows]
     frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
     atomic_write_text(path, frame.to_csv(index=False, float_format="%.6g"))
     return frame
@@ -754,10 +758,10 @@ def run(args) -> int:
                     shown = f"{row['status']}: {row['note']}"
                 progress.console.print(f"{cell.describe()}: {shown}")
                 progress.advance(bar)
-            write_csv(csv_path, rows)  # after every cell (group): a killed run loses at most the current one
+            write_csv(csv_path, rows, args.compile_mode)  # after every cell (group): a killed run loses at most the current one
     order = {c.key: i for i, c in enumerate(cells)}
     rows.sort(key=lambda r: order.get((r["attention"], int(r["seq_len"]), r["regime"], bool(r["compile"])), 1 << 30))
-    frame = write_csv(csv_path, rows)
+    frame = write_csv(csv_path, rows, args.compile_mode)
     atomic_write_text(md_path, markdown_report(frame, meta, csv_path))
     print(f"wrote {csv_path}, {md_path}, {meta_path}")
     return 0

@@ -81,6 +81,7 @@ def test_tiny_cpu_run_writes_valid_records(tmp_path, monkeypatch, one_thread):
     assert (ok["ms_p10"] <= ok["ms_per_step"]).all() and (ok["ms_per_step"] <= ok["ms_p90"]).all()
     assert list(ok[ok["attention"] == "softmax"]["batch_size"]) == [8, 4]
     assert (frame["tokens_per_batch"] == 512).all() and not frame["compile"].any()
+    assert frame["compile_mode"].isna().all()  # eager rows: empty
     expected_tokens = ok["batch_size"] * ok["seq_len"] / ok["ms_per_step"] * 1e3
     assert ok["tokens_per_s"].to_numpy() == pytest.approx(expected_tokens.to_numpy(), rel=1e-4)
     # BigBird needs more blocks than N=64/128 hold: recorded as unsupported with the reason, not fatal.
@@ -196,8 +197,11 @@ def test_compile_mode_reaches_torch_compile_and_the_records(tmp_path, monkeypatc
     assert seen["mode"] == "reduce-overhead"
     frame = pd.read_csv(out)
     assert frame["status"].tolist() == ["ok"] and "torch.compile mode=reduce-overhead" in frame["note"][0]
+    assert frame["compile_mode"].tolist() == ["reduce-overhead"]  # a column of its own, for tables and plots
     assert json.loads(out.with_name("modes.meta.json").read_text())["settings"]["compile_mode"] == "reduce-overhead"
-    assert "torch.compile mode=reduce-overhead" in out.with_name("modes.md").read_text()
+    report = out.with_name("modes.md").read_text()
+    assert "torch.compile mode=reduce-overhead" in report
+    assert "model benchmark: custom batch, compiled, CUDA graphs (reduce-overhead)" in report
 
 
 def test_kernel_settings_are_named_in_the_report(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """`lra table`: accuracy and efficiency tables from synthetic run records, checked against hand-computed values."""
 import argparse
 import io
+import json
 import math
 from pathlib import Path
 
@@ -227,6 +228,26 @@ def test_efficiency_from_bench(tmp_path):
                                                        "model benchmark: paper batch, compiled"]
     text = table.render(table.efficiency_sections(summary), "markdown")
     assert "vs eager softmax" in text and "OOM" in text and "Batch size per length: 1K: 256, 2K: 128, 4K: 64" in text
+
+
+def test_compile_mode_names_the_setting_and_older_files_read_as_default(tmp_path):
+    rows = [dict(attention=a, seq_len=n, batch_size=32768 // n, tokens_per_batch=32768, regime="small", compile=True,
+                 compile_mode="reduce-overhead", ms_per_step=ms, samples_per_s=None, tokens_per_s=32768 / ms * 1e3,
+                 peak_mem_gb=0.1, status="ok", note="")
+            for a, ms in (("sdpa", 2.5), ("flash", 2.4)) for n in (1024, 4096)]
+    graphs = bench_csv(tmp_path / "graphs.csv", rows)
+    old = bench_csv(tmp_path / "old.csv")  # written before the column existed
+    bench = table.load_bench([graphs, old])
+    assert set(bench[bench["compile"]]["compile_mode"]) == {"reduce-overhead", "default"}
+    assert (bench[~bench["compile"]]["compile_mode"] == "").all()
+    settings = list(dict.fromkeys(table.efficiency_summary(None, bench)["setting"]))
+    assert settings == ["graphs — model benchmark: small batch, compiled, CUDA graphs (reduce-overhead)",
+                        "old — model benchmark: paper batch, eager", "old — model benchmark: paper batch, compiled"]
+    # an older file whose provenance file records the mode
+    (tmp_path / "old.meta.json").write_text(json.dumps({"settings": {"compile_mode": "max-autotune"}}))
+    bench = table.load_bench([old])
+    assert set(bench[bench["compile"]]["compile_mode"]) == {"max-autotune"}
+    assert "model benchmark: paper batch, compiled (max-autotune)" in set(table.efficiency_summary(None, bench)["setting"])
 
 
 def run_cli(*argv):
