@@ -134,7 +134,10 @@ class CachedLauncher:
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
 
     def launch(self, grid, args: tuple, kwargs: dict):
-        key = signature(args, kwargs)
+        return self._launch(signature(args, kwargs), grid, args, kwargs)
+
+    def _launch(self, key: tuple | None, grid, args: tuple, kwargs: dict):
+        """:meth:`launch` with the call's signature ``key`` already computed."""
         entry = self.entries.get(key) if key is not None else None
         if entry is None or _hooks_installed():
             compiled = self.kernel[grid](*args, **kwargs)
@@ -143,24 +146,24 @@ class CachedLauncher:
                 self.entries[key] = (compiled, self._tail(len(args), kwargs))
             return compiled
         compiled, tail = entry
-        stream = current_stream()
-        g0 = grid[0]
-        g1 = grid[1] if len(grid) > 1 else 1
-        g2 = grid[2] if len(grid) > 2 else 1
         self.hits += 1
-        compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
+        compiled.run(*grid3(grid), current_stream(), compiled.function, compiled.packed_metadata, None, None, None,
+                     *args, *tail)
         return compiled
 
     def bind(self, grid, args: tuple, kwargs: dict) -> "BoundLaunch | None":
         """Launch ``kernel[grid](*args, **kwargs)`` now and return a :class:`BoundLaunch` that repeats
         it with new leading tensors; None (after launching) when the call has a positional argument
         the signature does not handle (e.g. a TMA descriptor), which a bound launch cannot replay."""
-        compiled = self.launch(grid, args, kwargs)
+        key = signature(args, kwargs)
+        self._launch(key, grid, args, kwargs)
         n_tensors = leading_tensors(args)
-        if n_tensors is None or signature(args, kwargs) is None or not hasattr(compiled, "packed_metadata"):
+        entry = self.entries.get(key) if key is not None else None
+        if n_tensors is None or entry is None:
             return None
+        compiled, tail = entry
         fixed = args[n_tensors:]
-        return BoundLaunch(self, compiled, grid, n_tensors, fixed, kwargs, fixed + self._tail(len(args), kwargs))
+        return BoundLaunch(self, compiled, grid, n_tensors, fixed, kwargs, fixed + tail)
 
     def _tail(self, n_positional: int, kwargs: dict) -> tuple:
         """The parameters after the positional ones, in declaration order: the call's keyword values
@@ -172,6 +175,11 @@ class CachedLauncher:
             else:
                 tail.append(p.default)
         return tuple(tail)
+
+
+def grid3(grid) -> tuple[int, int, int]:
+    """A launch grid of 1-3 axes as the three the compiled kernel's launcher takes."""
+    return grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
 
 
 def leading_tensors(args: tuple) -> int | None:
@@ -205,9 +213,7 @@ class BoundLaunch:
         compiled kernel's arguments after the tensors (``fixed``, then the constexprs in declaration
         order, as :meth:`CachedLauncher._tail` gives them)."""
         self.launcher, self.compiled, self.grid = launcher, compiled, tuple(grid)
-        self.g0 = grid[0]
-        self.g1 = grid[1] if len(grid) > 1 else 1
-        self.g2 = grid[2] if len(grid) > 2 else 1
+        self.g0, self.g1, self.g2 = grid3(grid)
         self.n_tensors, self.fixed, self.kwargs, self.tail = n_tensors, fixed, dict(kwargs), tail
         # Triton 3.6's CompiledKernel.run is a CudaLauncher whose __call__ (Python) allocates the kernel's
         # global / profile scratch buffers and then calls its C launcher (.launch). Kernels that need no
