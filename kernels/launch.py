@@ -22,8 +22,11 @@ a launch hook is installed (profilers) take Triton's path.
 On top of that, :class:`BoundLaunch` (made by :meth:`CachedLauncher.bind`) fixes every argument of a
 launch but its leading tensors: ``kernels.ops`` keeps one per kernel launch in a *launch plan* per
 input layout (shapes, strides, dtypes, flags) and replays it, which skips the ops' own argument
-building (strides, flags, tiles, grid) and the signature too (``$LRA_TRITON_LAUNCH=planned``, the
-default; ``cached`` keeps the per-launch signature cache only).
+building (strides, flags, tiles, grid) and the signature too. A :class:`LaunchPlan` holds one
+direction's bound launches and replays them with one flat tuple of tensors: by default natively, one
+C call for all of them (:mod:`kernels.plan_launcher`; ``$LRA_TRITON_LAUNCH=native``), else bound
+launch by bound launch through Triton's C launcher (``planned``, also the fallback where the native
+launcher cannot be built); ``cached`` keeps the per-launch signature cache only.
 
 Where it applies: compiled kernels (not Triton's interpreter, where ``launcher`` returns the kernel
 itself) on a Triton release whose internals this was written against and checked on the GPU
@@ -55,15 +58,16 @@ ENV = "LRA_TRITON_LAUNCH"
 VERIFIED_TRITON = frozenset({(3, 6)})
 
 
-MODES = ("planned", "cached", "triton")
+MODES = ("native", "planned", "cached", "triton")
 
 
 def _mode() -> str:
-    value = os.environ.get(ENV, "").strip() or "planned"
+    value = os.environ.get(ENV, "").strip() or "native"
     if value not in MODES:
-        raise ValueError(f"${ENV}={value!r}: expected 'planned' (the default: cached launches, and the "
-                         "attention ops replay launch plans per input layout), 'cached' (repeat launches skip "
-                         "Triton's argument binding) or 'triton' (every launch through JITFunction.run)")
+        raise ValueError(f"${ENV}={value!r}: expected 'native' (the default: the attention ops replay launch "
+                         "plans per input layout, one C call per plan), 'planned' (the plans' launches replayed "
+                         "one by one through Triton's C launcher), 'cached' (repeat launches skip Triton's argument "
+                         "binding) or 'triton' (every launch through JITFunction.run)")
     return value
 
 
@@ -80,12 +84,13 @@ def _available() -> bool:
 
 MODE = _mode()
 ENABLED = MODE != "triton" and _available()  # the cached path (tests switch it off at run time)
-PLANNED = MODE == "planned"  # launch plans in kernels.ops, on top of the cached path
+PLANNED = MODE in ("native", "planned")  # launch plans in kernels.ops, on top of the cached path
+NATIVE = MODE == "native"  # plans replayed by kernels.plan_launcher where it builds
 
 
 def plans_enabled() -> bool:
-    """Whether :mod:`kernels.ops` may bind and replay launch plans (:class:`BoundLaunch`): the
-    cached path is on and ``$LRA_TRITON_LAUNCH`` is "planned" (the default)."""
+    """Whether :mod:`kernels.ops` may bind and replay launch plans (:class:`LaunchPlan`): the
+    cached path is on and ``$LRA_TRITON_LAUNCH`` is "native" (the default) or "planned"."""
     return ENABLED and PLANNED
 
 
@@ -243,6 +248,56 @@ class BoundLaunch:
         c.run(self.g0, self.g1, self.g2, current_stream(), c.function, c.packed_metadata, None, None, None,
               *tensors, *self.tail)
         return c
+
+
+class LaunchPlan:
+    """The bound launches of one direction for one input layout (``kernels.ops`` keeps one per
+    layout), replayed in order by ``plan(*tensors)``: the launches' leading tensors concatenated,
+    each launch taking its ``n_tensors`` in turn.
+
+    Natively where :mod:`kernels.plan_launcher` builds and can express every launch (one C call
+    reads the data pointers and launches them all; ``$LRA_TRITON_LAUNCH=native``, the default),
+    else launch by launch (:class:`BoundLaunch`). With a launch hook installed (profilers) the
+    launches go through Triton, as everywhere in this module."""
+
+    __slots__ = ("bound", "native", "n_tensors", "replays")
+
+    def __init__(self, bound: tuple):
+        self.bound = tuple(bound)
+        self.n_tensors = sum(b.n_tensors for b in self.bound)
+        self.native = _native_plan(self.bound) if NATIVE else None
+        self.replays = 0
+
+    def __call__(self, *tensors):
+        if self.native is not None and NATIVE and not _hooks_installed():
+            self.native.run(current_stream(), tensors)
+        else:
+            if len(tensors) != self.n_tensors:
+                raise TypeError(f"launch plan takes {self.n_tensors} tensors, got {len(tensors)}")
+            start = 0
+            for b in self.bound:
+                end = start + b.n_tensors
+                b(*tensors[start:end])
+                start = end
+        self.replays += 1
+
+
+def _native_plan(bound: tuple):
+    """The native form of ``bound`` (a ``kernels.plan_launcher`` Plan), or None where it does not
+    apply: a launch without a compiled kernel or through the Python-level CudaLauncher (scratch
+    memory), a launch the native launcher cannot express, or no native launcher on this machine."""
+    if not bound or any(b.compiled is None or b.direct is None for b in bound):
+        return None
+    from . import plan_launcher
+
+    module = plan_launcher.load()
+    if module is None:
+        return None
+    try:
+        return plan_launcher.native_plan(module, [(b.compiled, (b.g0, b.g1, b.g2), b.n_tensors, b.tail)
+                                                  for b in bound])
+    except plan_launcher.Unplannable:
+        return None
 
 
 _launchers: dict[int, CachedLauncher] = {}

@@ -68,7 +68,7 @@ import triton
 from torch.autograd.function import once_differentiable
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
-from .launch import CachedLauncher, launcher, plans_enabled
+from .launch import CachedLauncher, LaunchPlan, launcher, plans_enabled
 from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, cdiv, padded_head_dim
 from .validation import check_packed_qkv
 
@@ -324,7 +324,7 @@ def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Op
                                causal, dropout_p, softmax_scale, tiles)
         plan = _LAUNCH_PLANS.get(key)
         if plan:
-            plan[0](*tensors, q, k, v)  # a plan exists only for the pointer path: q, k, v fill the descriptor slots
+            plan(*tensors, q, k, v)  # a plan exists only for the pointer path: q, k, v fill the descriptor slots
             return out, lse
     t: PassTiles = _tiles(tuple(tiles)).fwd
     drop_threshold, drop_scale = _dropout_args(dropout_p)
@@ -426,10 +426,10 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
                    None if dq_lists is None else tuple((t.shape, t.stride()) for t in dq_lists)))
         plan = _LAUNCH_PLANS.get(key)
         if plan:  # plans exist only for the pointer path: q, k, v, grad_out fill the descriptor slots
-            plan[0](*pre_tensors)
-            plan[1](*dkdv_tensors, q, k, v, grad_out)
-            if dq_tensors is not None:
-                plan[2](*dq_tensors, q, k, v, grad_out)
+            if dq_tensors is None:
+                plan(*pre_tensors, *dkdv_tensors, q, k, v, grad_out)
+            else:
+                plan(*pre_tensors, *dkdv_tensors, q, k, v, grad_out, *dq_tensors, q, k, v, grad_out)
             return _bwd_result(q, dq, dk, dv, dq_acc)
     launches = []
     pre_m = 64
@@ -491,14 +491,15 @@ def _bwd_result(q: Tensor, dq: Optional[Tensor], dk: Tensor, dv: Tensor, dq_acc:
 # Why: an eager `paper`-model step at the small batch is bound by the host CPU (issue #8), and the
 # argument building above (strides, flags, tiles, grid, TMA checks) plus the launch signature cost
 # tens of microseconds per call. A plan is the bound launches (kernels.launch.BoundLaunch) of one
-# direction for one input layout; a later call with the same layout only allocates its outputs and
-# replays them with its tensors.
+# direction for one input layout (kernels.launch.LaunchPlan, natively by default: one C call for the
+# direction's launches); a later call with the same layout only allocates its outputs and replays them
+# with its tensors.
 # Key: everything the launches' scalars, constexprs, grid and Triton's specialisation depend on --
 # the direction, device, dtype, every shape and stride the kernels read, which optional inputs are
 # present, causal, dropout_p, the scale, the tiles -- and only calls whose tensors are all 16-byte
 # aligned get one (Triton specialises on that; freshly allocated outputs always are). Value: the
-# bound launches, or False where the launch cannot be replayed (TMA descriptors), which then keeps
-# the path above.
+# LaunchPlan, or False where a launch cannot be replayed (TMA descriptors), which then keeps the path
+# above.
 _LAUNCH_PLANS: dict[tuple, object] = {}
 _LAUNCH_PLANS_MAX = 1024  # distinct layouts before the cache is cleared (a guard against unbounded growth)
 
@@ -535,7 +536,7 @@ def _bind_launch_plan(key: tuple, launches: list) -> None:
             bound.append(None)
     if len(_LAUNCH_PLANS) >= _LAUNCH_PLANS_MAX:
         _LAUNCH_PLANS.clear()
-    _LAUNCH_PLANS[key] = tuple(bound) if all(b is not None for b in bound) else False
+    _LAUNCH_PLANS[key] = LaunchPlan(bound) if all(b is not None for b in bound) else False
 
 
 @functools.wraps(launch_bwd)

@@ -11,9 +11,10 @@ runs at the host's pace), for:
 - `flash views`: the same views -> kernels.flash_attention -> head merge;
 - `flash packed`: kernels.flash_attention_qkvpacked on the (B, N, 3, H, d) view -> view (the model's
   flash path since session 13);
-- the two flash forms in each launch mode of kernels.launch: `planned` (the default since session
-  14: launch plans replayed per input layout), `cached` (per-launch signature cache, session 13) and
-  `Triton` (every launch through Triton's JITFunction.run);
+- the two flash forms in each launch mode of kernels.launch: `native` (the default since session
+  15: launch plans replayed by one C call each, kernels.plan_launcher), `planned` (session 14: the
+  plans' launches one by one through Triton's C launcher), `cached` (per-launch signature cache,
+  session 13) and `Triton` (every launch through Triton's JITFunction.run);
 - the two flash forms with the Triton kernels replaced by no-ops and without plans (their
   difference to the real ones is the launch path);
 - one bare launch of the backward's preprocess kernel (the cheapest of ours).
@@ -36,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels import flash_attention, flash_attention_qkvpacked, launch, ops
+from kernels import flash_attention, flash_attention_qkvpacked, launch, ops, plan_launcher
 from kernels import triton_attention as kern
 from kernels.tiles import cdiv
 
@@ -130,21 +131,23 @@ def main() -> None:
             out, out, lse, lse, delta, lse2, lse, *out.stride(), *out.stride(), H, N, d,
             BLOCK_M=64, BLOCK_D=max(16, d), HAS_DLSE=False, ZERO_DQ=False)
 
-    def modes(enabled: bool, planned: bool):
+    def modes(enabled: bool, planned: bool, native: bool):
         def apply():
-            launch.ENABLED, launch.PLANNED = enabled, planned
+            launch.ENABLED, launch.PLANNED, launch.NATIVE = enabled, planned, native
         return apply
 
-    cases = [("sdpa (cuDNN): views + SDPA + head merge", sdpa, modes(launch.ENABLED, launch.PLANNED))]
+    cases = [("sdpa (cuDNN): views + SDPA + head merge", sdpa, modes(launch.ENABLED, launch.PLANNED, launch.NATIVE))]
     forms = (("flash: views + flash_attention + head merge", flash_views),
              ("flash packed: flash_attention_qkvpacked + view", flash_packed))
-    launch_modes = [("Triton", False, False)]
+    launch_modes = [("Triton", False, False, False)]
     if launch.ENABLED:
-        launch_modes = [("planned", True, True), ("cached", True, False)] + launch_modes
+        launch_modes = [("planned", True, True, False), ("cached", True, False, False)] + launch_modes
+        if plan_launcher.load() is not None:
+            launch_modes.insert(0, ("native", True, True, True))
     for name, fn in forms:
-        for mode, enabled, planned in launch_modes:
-            cases.append((f"{name} (launches: {mode})", fn, modes(enabled, planned)))
-    restore = modes(launch.ENABLED, launch.PLANNED)
+        for mode, enabled, planned, native in launch_modes:
+            cases.append((f"{name} (launches: {mode})", fn, modes(enabled, planned, native)))
+    restore = modes(launch.ENABLED, launch.PLANNED, launch.NATIVE)
     rows = list(zip([c[0] for c in cases], host_us_interleaved(cases, args.iters, args.repeats)))
     restore()
     rows.append(("one bare Triton launch (backward preprocess kernel)", host_us(bare_launch, args.iters, args.repeats)))

@@ -208,7 +208,7 @@ def test_plans_on_cuda_give_bitwise_the_results_of_built_launches(monkeypatch, s
     path), with dropout (split backward: deterministic), padding and ragged N, dense and block-sparse."""
     if not launch.plans_enabled():
         pytest.skip(f"launch plans are off here (Triton {__import__('triton').__version__} not in "
-                    f"VERIFIED_TRITON, or {launch.ENV} is not 'planned')")
+                    f"VERIFIED_TRITON, or {launch.ENV} is 'cached' or 'triton')")
     monkeypatch.setattr(ops, "DROPOUT_BWD", "split")
     qkv = torch.randn(3, 300, 3, 2, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     mask = torch.zeros(3, 300, dtype=torch.bool, device="cuda")
