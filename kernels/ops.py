@@ -107,8 +107,17 @@ def fused_dropout_backward(dropout_p: float) -> bool:
     return dropout_p > 0.0 and DROPOUT_BWD == "fused" and not torch.are_deterministic_algorithms_enabled()
 
 
+_NO_GUARD = contextlib.nullcontext()  # reusable
+
+
 def _device_guard(t: Tensor):
-    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
+    """The CUDA device of ``t`` made current for the launches (they run on the current device's
+    context and stream); no guard when it already is (the common case: one cheap device query
+    instead of entering and leaving ``torch.cuda.device``, per call on an eager, host-bound step)."""
+    device = t.device
+    if device.type != "cuda" or device.index == torch.cuda.current_device():
+        return _NO_GUARD
+    return torch.cuda.device(device)
 
 
 def _s4(t: Tensor) -> tuple[int, int, int, int]:

@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Device call (issue #8), session 14, last: the model benchmark grid with this session's launch path
-# (launch plans; bound launches calling Triton's C launcher directly), every cell interleaved
-# (`lra bench models --interleave`: the attentions of a cell timed in rotating rounds). One GPU:
-#   1. the launch and launch-plan tests on CUDA (bitwise: planned vs built launches);
-#   2. paper batch (262,144 tokens), eager: 1K / 4K with softmax, 16K without (it does not fit);
-#   3. small batch (32K tokens), eager, 1K / 4K / 16K;
-#   4. small batch, compiled (default mode), 1K / 4K / 16K;
-#   5. small batch, CUDA graphs (reduce-overhead), 1K / 4K;
-#   6. paper batch, compiled, 1K (with what is left).
+# Device call (issue #8), session 15, last: the model benchmark grid with this session's launch path
+# (launch plans replayed natively: kernels.plan_launcher, $LRA_TRITON_LAUNCH=native, the default),
+# every cell interleaved (`lra bench models --interleave`: the attentions of a cell timed in rotating
+# rounds). One GPU:
+#   1. the launch, launch-plan and plan-launcher tests on CUDA (bitwise: native vs Python replays vs
+#      built launches);
+#   2. scripts/h200/host_overhead.py: host time of one attention core per launch mode, vs sdpa;
+#   3. paper batch (262,144 tokens), eager: 1K / 4K with softmax, 16K without (it does not fit);
+#   4. small batch (32K tokens), eager, 1K / 4K / 16K;
+#   5. small batch, compiled (default mode), 1K / 4K / 16K;
+#   6. small batch, CUDA graphs (reduce-overhead), 1K / 4K;
+#   7. paper batch, compiled, 1K (with what is left).
 # flash, sdpa (cuDNN) and flash_sparse (BigBird) everywhere.
-# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=570 bash scripts/h200/session14_evidence.sh
-RECIPE=session14_evidence
+# Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=570 bash scripts/h200/session15_evidence.sh
+RECIPE=session15_evidence
 source "$(dirname "$0")/lib.sh"
 MB=(python3 -m lra bench models --interleave --warmup 10 --resume)
 ATT=(flash sdpa flash_sparse)
 
 lane() {
-  cuda_tests 60 tests/kernels/test_launch.py tests/kernels/test_launch_plans.py
+  cuda_tests 70 tests/kernels/test_launch.py tests/kernels/test_launch_plans.py tests/kernels/test_plan_launcher.py
+  say "host time per attention call, by launch mode"
+  timeout -k 5 70 python3 scripts/h200/host_overhead.py --repeats 7 --out "$WORK/host_overhead.md" \
+      > "$WORK/host_overhead.log" 2>&1
+  sed -n '1,20p' "$WORK/host_overhead.md"
   say "paper batch, eager"
   timeout -k 5 "$(left 400)" "${MB[@]}" --steps 40 --rounds 4 --regimes paper --modes eager --seq-lens 1024 4096 \
       --attentions "${ATT[@]}" softmax --out "$WORK/paper_eager.csv" > "$WORK/paper_eager.log" 2>&1
