@@ -10,7 +10,9 @@
 #   4. small batch (32K tokens), eager, 1K / 4K / 16K;
 #   5. small batch, compiled (default mode), 1K / 4K / 16K;
 #   6. small batch, CUDA graphs (reduce-overhead), 1K / 4K;
-#   7. paper batch, compiled, 1K (with what is left).
+#   7. paper batch, compiled, 1K;
+#   8. step profiles (scripts/h200/profile_step.py) of flash and sdpa, eager, 1K, paper and small batch
+#      (with what is left).
 # flash, sdpa (cuDNN) and flash_sparse (BigBird) everywhere.
 # Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=570 bash scripts/h200/session15_evidence.sh
 RECIPE=session15_evidence
@@ -46,6 +48,11 @@ lane() {
   timeout -k 5 "$(left 10)" "${MB[@]}" --steps 40 --rounds 4 --regimes paper --modes compiled --seq-lens 1024 \
       --attentions "${ATT[@]}" --out "$WORK/paper_compiled.csv" > "$WORK/paper_compiled.log" 2>&1
   grep -h "ms/step" "$WORK/paper_compiled.log"
+  say "step profiles, eager 1K (issue vs wall time: host- or GPU-bound)"
+  for batch in 256 32; do
+    timeout -k 5 "$(left 5)" python3 scripts/h200/profile_step.py --attentions flash sdpa --seq-len 1024 \
+        --batch $batch --out "$WORK/profiles" 2>&1 | grep "ms/step"
+  done
   say "done"
 }
 
