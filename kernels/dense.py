@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from . import ops
+from . import ops, packed_fast_path
 from .dropout import draw_seed
 from .tiles import select
 from .validation import check_attention_inputs
@@ -60,11 +60,18 @@ def flash_attention_qkvpacked(qkv: torch.Tensor, *, key_padding_mask: torch.Tens
     fused QKV projection viewed as (B, N, 3, H, d) — returning (B, N, H, d) (heads merge with a free
     ``.view(B, N, H * d)``). Same kernels, results and arguments (self-attention: N_q = N_k); the
     gradient comes back as one (B, N, 3, H, d) tensor. In eager mode this skips the view, permute
-    and copy operations that q/k/v views cost their caller (see ``kernels.ops._PackedFlashFunction``).
+    and copy operations that q/k/v views cost their caller (see ``kernels.ops._PackedFlashFunction``),
+    and repeat calls of one layout on CUDA take :mod:`kernels.packed_fast_path`.
     """
+    return packed_fast_path.call(qkv, key_padding_mask, causal, dropout_p, softmax_scale, _packed)
+
+
+def _packed(qkv, key_padding_mask, causal, dropout_p, softmax_scale, recorder):
+    """The regular packed path (``recorder``: see :mod:`kernels.packed_fast_path`)."""
     q, k, v = views = ops.packed_views(qkv)
     scale, dropout_p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
-    return ops.attention_packed(qkv, views, key_padding_mask, seed, (None,) * 6, causal, dropout_p, scale, tiles)
+    return ops.attention_packed(qkv, views, key_padding_mask, seed, (None,) * 6, causal, dropout_p, scale, tiles,
+                                recorder)
 
 
 def _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale):

@@ -260,13 +260,30 @@ class LaunchPlan:
     else launch by launch (:class:`BoundLaunch`). With a launch hook installed (profilers) the
     launches go through Triton, as everywhere in this module."""
 
-    __slots__ = ("bound", "native", "n_tensors", "replays")
+    __slots__ = ("bound", "native", "specs", "n_tensors", "replays")
 
     def __init__(self, bound: tuple):
         self.bound = tuple(bound)
         self.n_tensors = sum(b.n_tensors for b in self.bound)
-        self.native = _native_plan(self.bound) if NATIVE else None
+        self.specs = _native_specs(self.bound) if NATIVE else None
+        self.native = None
+        if self.specs is not None:
+            self.native = _native_module().Plan(self.n_tensors, self.specs)
         self.replays = 0
+
+    def rebased(self, views: tuple, bases: tuple):
+        """A native plan that replays this one with ``bases`` instead of ``views`` (this plan's tensors
+        as at one replay; each a view into the storage of one of ``bases``, at an offset that is the
+        same at every call of the caller's layout): the caller's fast path then skips making the
+        views. None where this plan has no native form or a view lies in none of ``bases``."""
+        if self.specs is None or len(views) != self.n_tensors:
+            return None
+        from . import plan_launcher
+
+        mapping = plan_launcher.base_mapping(views, bases)
+        if mapping is None:
+            return None
+        return _native_module().Plan(len(bases), plan_launcher.rebased_specs(self.specs, mapping))
 
     def __call__(self, *tensors):
         if self.native is not None and NATIVE and not _hooks_installed():
@@ -282,22 +299,27 @@ class LaunchPlan:
         self.replays += 1
 
 
-def _native_plan(bound: tuple):
-    """The native form of ``bound`` (a ``kernels.plan_launcher`` Plan), or None where it does not
-    apply: a launch without a compiled kernel or through the Python-level CudaLauncher (scratch
+def _native_module():
+    from . import plan_launcher
+
+    return plan_launcher.load()
+
+
+def _native_specs(bound: tuple):
+    """The launch specs of ``bound``'s native form (``kernels.plan_launcher``), or None where it does
+    not apply: a launch without a compiled kernel or through the Python-level CudaLauncher (scratch
     memory), a launch the native launcher cannot express, or no native launcher on this machine."""
     if not bound or any(b.compiled is None or b.direct is None for b in bound):
         return None
     from . import plan_launcher
 
-    module = plan_launcher.load()
-    if module is None:
+    if plan_launcher.load() is None:
         return None
     try:
-        return plan_launcher.native_plan(module, [(b.compiled, (b.g0, b.g1, b.g2), b.n_tensors, b.tail)
-                                                  for b in bound])
+        _, specs = plan_launcher.plan_specs([(b.compiled, (b.g0, b.g1, b.g2), b.n_tensors, b.tail) for b in bound])
     except plan_launcher.Unplannable:
         return None
+    return specs
 
 
 _launchers: dict[int, CachedLauncher] = {}

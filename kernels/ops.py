@@ -69,6 +69,7 @@ from torch.autograd.function import once_differentiable
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, keep_threshold
 from .launch import CachedLauncher, LaunchPlan, launcher, plans_enabled
+from .launch import leading_tensors as _leading_tensors
 from .tiles import LOADS_POINTERS, LOADS_TMA_WS, PassTiles, Tiles, cdiv, padded_head_dim
 from .validation import check_packed_qkv
 
@@ -315,9 +316,11 @@ def launch_fwd(
 
 def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
          seed: Optional[Tensor], fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor], causal: bool,
-         dropout_p: float, softmax_scale: float, tiles: list[int]) -> tuple[Tensor, Tensor]:
+         dropout_p: float, softmax_scale: float, tiles: list[int],
+         trace: Optional[list] = None) -> tuple[Tensor, Tensor]:
     """The forward launch; ``launch(kernel)`` is the kernel itself or its ``wrap_triton`` wrapper.
-    Eager calls on compiled kernels replay a launch plan when one exists for the inputs' layout."""
+    Eager calls on compiled kernels replay a launch plan when one exists for the inputs' layout.
+    ``trace``: a list that gets (plan, its tensors) of the plan this call replayed or bound (if any)."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     out = new_output(q)
@@ -334,6 +337,8 @@ def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Op
         plan = _LAUNCH_PLANS.get(key)
         if plan:
             plan(*tensors, q, k, v)  # a plan exists only for the pointer path: q, k, v fill the descriptor slots
+            if trace is not None:
+                trace.append((plan, (*tensors, q, k, v)))
             return out, lse
     t: PassTiles = _tiles(tuple(tiles)).fwd
     drop_threshold, drop_scale = _dropout_args(dropout_p)
@@ -354,7 +359,9 @@ def _fwd(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Op
         **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
     )
     if key is not None:
-        _bind_launch_plan(key, [(kern.flash_fwd_kernel, grid, args, kwargs)])
+        plan = _bind_launch_plan(key, [(kern.flash_fwd_kernel, grid, args, kwargs)])
+        if plan and trace is not None:
+            trace.append((plan, (*tensors, q, k, v)))
     else:
         launch(kern.flash_fwd_kernel)[grid](*args, **kwargs)
     return out, lse
@@ -390,28 +397,41 @@ def launch_bwd(
                     dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles)
 
 
+def backward_buffers(B: int, H: int, n_q: int, d: int, device: torch.device,
+                     fused_dq: bool) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+    """The backward's float32 work buffers: delta and the rescaled lse (B, H, N_q), and with the fused
+    dropout backward dQ's sum (B, H, N_q, d), contiguous as the kernels address it (zeroed by the
+    preprocess kernel); else None."""
+    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=device)
+    lse2 = torch.empty((B, H, n_q), dtype=torch.float32, device=device)
+    dq_acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=device) if fused_dq else None
+    return delta, lse2, dq_acc
+
+
 def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
-         dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles, grads: Optional[tuple] = None):
+         dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles, grads: Optional[tuple] = None,
+         buffers: Optional[tuple] = None, trace: Optional[list] = None):
     """The backward launches (preprocess, dK/dV, dQ); ``launch`` as in :func:`_fwd`. With dropout
     and ``DROPOUT_BWD == "fused"`` the dK/dV kernel computes dQ too (atomically, into a float32
     buffer that the preprocess kernel zeroes) and the dQ kernel is not launched.
     ``grads``: (dq, dk, dv) tensors of q's, k's and v's shapes and dtype, any strides, to write the
     gradients into (the packed-QKV path's views of one dQKV tensor); default: new contiguous ones.
-    Eager calls on compiled kernels replay a launch plan when one exists for the inputs' layout."""
+    ``buffers``: :func:`backward_buffers` of this call, made by the caller; default: new ones.
+    Eager calls on compiled kernels replay a launch plan when one exists for the inputs' layout;
+    ``trace`` as in :func:`_fwd`."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     # torch.use_deterministic_algorithms(True) (Lightning's deterministic=True) keeps the split form
     fused_dq = fused_dropout_backward(dropout_p)
-    # fused: dQ's float32 sum, contiguous (B, H, N_q, d) as the kernel addresses it; zeroed by the preprocess
-    dq_acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=q.device) if fused_dq else None
+    if buffers is None:
+        buffers = backward_buffers(B, H, n_q, d, q.device, fused_dq)
+    delta, lse2, dq_acc = buffers
     if grads is not None:
         dq, dk, dv = grads
     else:
         dq = None if fused_dq else torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
         dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
         dv = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
-    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    lse2 = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     if grad_lse is not None:
         grad_lse = grad_lse.contiguous()
     pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
@@ -436,9 +456,12 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
         plan = _LAUNCH_PLANS.get(key)
         if plan:  # plans exist only for the pointer path: q, k, v, grad_out fill the descriptor slots
             if dq_tensors is None:
-                plan(*pre_tensors, *dkdv_tensors, q, k, v, grad_out)
+                flat = (*pre_tensors, *dkdv_tensors, q, k, v, grad_out)
             else:
-                plan(*pre_tensors, *dkdv_tensors, q, k, v, grad_out, *dq_tensors, q, k, v, grad_out)
+                flat = (*pre_tensors, *dkdv_tensors, q, k, v, grad_out, *dq_tensors, q, k, v, grad_out)
+            plan(*flat)
+            if trace is not None:
+                trace.append((plan, flat))
             return _bwd_result(q, dq, dk, dv, dq_acc)
     launches = []
     pre_m = 64
@@ -477,7 +500,9 @@ def _bwd(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_ma
             **tma_flags, num_warps=t.num_warps, num_stages=t.num_stages,
         )))
     if key is not None:
-        _bind_launch_plan(key, launches)
+        plan = _bind_launch_plan(key, launches)
+        if plan and trace is not None:
+            trace.append((plan, tuple(t for _, _, args, _ in launches for t in args[:_leading_tensors(args)])))
     else:
         for kernel, grid, args, kwargs in launches:
             launch(kernel)[grid](*args, **kwargs)
@@ -532,9 +557,9 @@ def _launch_plan_key(direction: str, tensors: tuple, strided: tuple, key_padding
             causal, dropout_p, softmax_scale, tuple(tiles), extra)
 
 
-def _bind_launch_plan(key: tuple, launches: list) -> None:
+def _bind_launch_plan(key: tuple, launches: list):
     """Run ``launches`` ((kernel, grid, args, kwargs), in order) and keep their bound forms as the plan
-    of ``key`` (False if one cannot be bound; the launches run either way)."""
+    of ``key`` (False if one cannot be bound; the launches run either way); returns that plan."""
     bound = []
     for kernel, grid, args, kwargs in launches:
         wrapped = launcher(kernel)
@@ -545,7 +570,8 @@ def _bind_launch_plan(key: tuple, launches: list) -> None:
             bound.append(None)
     if len(_LAUNCH_PLANS) >= _LAUNCH_PLANS_MAX:
         _LAUNCH_PLANS.clear()
-    _LAUNCH_PLANS[key] = LaunchPlan(bound) if all(b is not None for b in bound) else False
+    plan = _LAUNCH_PLANS[key] = LaunchPlan(bound) if all(b is not None for b in bound) else False
+    return plan
 
 
 @functools.wraps(launch_bwd)
@@ -684,12 +710,18 @@ class _PackedFlashFunction(torch.autograd.Function):
     catches an in-place change of qkv before the backward)."""
 
     @staticmethod
-    def forward(ctx, qkv, views, key_padding_mask, seed, plans, causal, dropout_p, softmax_scale, tiles):
+    def forward(ctx, qkv, views, key_padding_mask, seed, plans, causal, dropout_p, softmax_scale, tiles, recorder):
         q, k, v = views
-        out, lse = launch_fwd(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, softmax_scale, tiles)
+        trace = [] if recorder is not None else None
+        with _device_guard(q):
+            out, lse = _fwd(_direct, q, k, v, key_padding_mask, seed, *plans[:2], causal, dropout_p, softmax_scale,
+                            tiles, trace=trace)
+        if trace:
+            recorder.forward(trace[0], q, out, lse, key_padding_mask, seed, (causal, dropout_p, softmax_scale, tiles))
         ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed)
         ctx.plans = plans[2:]  # the backward's index lists (dK/dV, dQ); not differentiable, never modified
         ctx.args = (causal, dropout_p, softmax_scale, tiles)
+        ctx.recorder = recorder
         ctx.set_materialize_grads(False)
         return out.transpose(1, 2)
 
@@ -697,13 +729,18 @@ class _PackedFlashFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
-        grad_out = grad.transpose(1, 2) if grad is not None else torch.zeros_like(out)
+        if grad is None:
+            grad = torch.zeros_like(out).transpose(1, 2)
         B, H, n, d = q.shape
         dqkv = q.new_empty((B, n, 3, H, d))
+        buffers = backward_buffers(B, H, n, d, q.device, fused_dropout_backward(ctx.args[1]))
+        trace = [] if ctx.recorder is not None else None
         with _device_guard(q):
-            _bwd(_direct, grad_out, None, q, k, v, out, lse, key_padding_mask, seed, *ctx.plans, *ctx.args,
-                 grads=unpack_qkv(dqkv))
-        return dqkv, None, None, None, None, None, None, None, None
+            _bwd(_direct, grad.transpose(1, 2), None, q, k, v, out, lse, key_padding_mask, seed, *ctx.plans,
+                 *ctx.args, grads=unpack_qkv(dqkv), buffers=buffers, trace=trace)
+        if trace:
+            ctx.recorder.backward(trace[0], q, grad, out, lse, key_padding_mask, seed, dqkv, buffers)
+        return dqkv, None, None, None, None, None, None, None, None, None
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
@@ -720,14 +757,15 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor
 
 def attention_packed(qkv: Tensor, views: tuple[Tensor, Tensor, Tensor], key_padding_mask: Optional[Tensor],
                      seed: Optional[Tensor], plans: tuple, causal: bool, dropout_p: float, softmax_scale: float,
-                     tiles: list[int]) -> Tensor:
+                     tiles: list[int], recorder=None) -> Tensor:
     """(B, N, H, d) attention output of a packed (B, N, 3, H, d) ``qkv`` with autograd to ``qkv``;
     ``views``: ``unpack_qkv(qkv.detach())``; ``plans``: the six block-sparse index lists (fwd, dK/dV,
     dQ indices and counts) or six Nones. While torch.compile traces: the custom op on views of qkv
-    (Inductor plans the copies itself)."""
+    (Inductor plans the copies itself). ``recorder``: a ``kernels.packed_fast_path`` entry that learns
+    this call's launch plans (eager)."""
     if torch.compiler.is_compiling():
         out, _lse = torch.ops.lra_kernels.flash_fwd(*unpack_qkv(qkv), key_padding_mask, seed, *plans, causal,
                                                     dropout_p, softmax_scale, tiles)
         return out.transpose(1, 2)
     return _PackedFlashFunction.apply(qkv, views, key_padding_mask, seed, plans, causal, dropout_p, softmax_scale,
-                                      tiles)
+                                      tiles, recorder)

@@ -55,7 +55,8 @@ typedef struct {
   void **params;        /* &slots[i]: what cuLaunchKernelEx reads */
   Py_ssize_t n_pointers;
   Py_ssize_t *pointer_slot;    /* the slot of each tensor parameter ... */
-  Py_ssize_t *pointer_tensor;  /* ... and its tensor's index in the replay's tensor tuple */
+  Py_ssize_t *pointer_tensor;  /* ... its tensor's index in the replay's tensor tuple ... */
+  int64_t *pointer_offset;     /* ... and a byte offset from that tensor's data pointer (a view's) */
 } Launch;
 
 typedef struct {
@@ -74,6 +75,7 @@ static void plan_free_launches(Plan *self) {
       PyMem_Free(l->params);
       PyMem_Free(l->pointer_slot);
       PyMem_Free(l->pointer_tensor);
+      PyMem_Free(l->pointer_offset);
     }
     PyMem_Free(self->launches);
     self->launches = NULL;
@@ -88,7 +90,7 @@ static void plan_dealloc(Plan *self) {
 }
 
 /* Launch spec: (function, grid_x, grid_y, grid_z, num_warps, num_ctas, shared, cooperative, pdl,
- *               slots: bytes (8 per parameter), pointers: tuple of (slot, tensor index)). */
+ *               slots: bytes (8 per parameter), pointers: tuple of (slot, tensor index, byte offset)). */
 static int parse_launch(Launch *l, PyObject *spec, Py_ssize_t n_tensors, Py_ssize_t index) {
   unsigned long long function;
   PyObject *slots, *pointers;
@@ -113,7 +115,8 @@ static int parse_launch(Launch *l, PyObject *spec, Py_ssize_t n_tensors, Py_ssiz
   l->n_pointers = PyTuple_GET_SIZE(pointers);
   l->pointer_slot = PyMem_Calloc(l->n_pointers ? l->n_pointers : 1, sizeof(Py_ssize_t));
   l->pointer_tensor = PyMem_Calloc(l->n_pointers ? l->n_pointers : 1, sizeof(Py_ssize_t));
-  if (!l->slots || !l->params || !l->pointer_slot || !l->pointer_tensor) {
+  l->pointer_offset = PyMem_Calloc(l->n_pointers ? l->n_pointers : 1, sizeof(int64_t));
+  if (!l->slots || !l->params || !l->pointer_slot || !l->pointer_tensor || !l->pointer_offset) {
     PyErr_NoMemory();
     return -1;
   }
@@ -121,7 +124,9 @@ static int parse_launch(Launch *l, PyObject *spec, Py_ssize_t n_tensors, Py_ssiz
   for (Py_ssize_t i = 0; i < l->n_params; i++) l->params[i] = &l->slots[i];
   for (Py_ssize_t i = 0; i < l->n_pointers; i++) {
     Py_ssize_t slot, tensor;
-    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(pointers, i), "nn;pointer: (slot, tensor index)", &slot, &tensor))
+    long long offset;
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(pointers, i), "nnL;pointer: (slot, tensor index, byte offset)", &slot,
+                          &tensor, &offset))
       return -1;
     if (slot < 0 || slot >= l->n_params || tensor < 0 || tensor >= n_tensors) {
       PyErr_Format(PyExc_ValueError, "launch %zd: pointer (slot %zd, tensor %zd) out of range (%zd slots, %zd tensors)",
@@ -130,6 +135,7 @@ static int parse_launch(Launch *l, PyObject *spec, Py_ssize_t n_tensors, Py_ssiz
     }
     l->pointer_slot[i] = slot;
     l->pointer_tensor[i] = tensor;
+    l->pointer_offset[i] = (int64_t)offset;
   }
   return 0;
 }
@@ -188,7 +194,8 @@ static int gather_pointers(Plan *self, PyObject *tensors) {
 }
 
 static void fill_pointers(Plan *self, Launch *l) {
-  for (Py_ssize_t i = 0; i < l->n_pointers; i++) l->slots[l->pointer_slot[i]] = self->pointers[l->pointer_tensor[i]];
+  for (Py_ssize_t i = 0; i < l->n_pointers; i++)
+    l->slots[l->pointer_slot[i]] = self->pointers[l->pointer_tensor[i]] + (uint64_t)l->pointer_offset[i];
 }
 
 static PyObject *raise_cuda(CUresult status, Py_ssize_t index) {

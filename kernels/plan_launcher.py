@@ -187,7 +187,7 @@ def launch_spec(compiled, grid3: tuple, n_tensors: int, tail: tuple, first_tenso
             continue
         if ty.startswith("*"):
             if i < n_tensors:
-                pointers.append((len(slots), first_tensor + i))
+                pointers.append((len(slots), first_tensor + i, 0))
                 slots.append(bytes(8))
             elif tail[i - n_tensors] is None:
                 slots.append(bytes(8))
@@ -203,11 +203,41 @@ def launch_spec(compiled, grid3: tuple, n_tensors: int, tail: tuple, first_tenso
             bool(runner.launch_pdl), b"".join(slots), tuple(pointers))
 
 
-def native_plan(module, launches: list[tuple]) -> object:
-    """A ``module.Plan`` of ``launches``: (compiled, grid3, n_tensors, tail) per launch, their tensors
-    consecutive in the replay's tuple. Raises :class:`Unplannable`."""
+def plan_specs(launches: list[tuple]) -> tuple[int, tuple]:
+    """(tensors per replay, launch specs) of ``launches``: (compiled, grid3, n_tensors, tail) per launch,
+    their tensors consecutive in the replay's tuple. Raises :class:`Unplannable`."""
     specs, first = [], 0
     for compiled, grid3, n_tensors, tail in launches:
         specs.append(launch_spec(compiled, grid3, n_tensors, tail, first))
         first += n_tensors
-    return module.Plan(first, tuple(specs))
+    return first, tuple(specs)
+
+
+def rebased_specs(specs: tuple, mapping: list[tuple[int, int]]) -> tuple:
+    """``specs`` with tensor ``i`` of their replay tuple read as tensor ``mapping[i][0]`` of another
+    tuple plus ``mapping[i][1]`` bytes: a plan over views (q, k, v of a packed QKV tensor, a
+    transposed output) replayed with the tensors they are views of."""
+    out = []
+    for spec in specs:
+        pointers = tuple((slot, mapping[t][0], offset + mapping[t][1]) for slot, t, offset in spec[-1])
+        out.append((*spec[:-1], pointers))
+    return tuple(out)
+
+
+def base_mapping(views: tuple, bases: tuple) -> Optional[list[tuple[int, int]]]:
+    """For each tensor of ``views``, (index into ``bases``, byte offset of its data pointer) of the base
+    tensor whose storage it lies in; None where one lies in none of them, or where two distinct
+    ``bases`` share a storage (the mapping would be ambiguous)."""
+    storages = {}
+    for i, b in enumerate(bases):
+        key = b.untyped_storage().data_ptr()
+        if key in storages and bases[storages[key]] is not b:
+            return None
+        storages.setdefault(key, i)
+    mapping = []
+    for v in views:
+        i = storages.get(v.untyped_storage().data_ptr())
+        if i is None:
+            return None
+        mapping.append((i, v.data_ptr() - bases[i].data_ptr()))
+    return mapping

@@ -174,16 +174,26 @@ _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128
 TILES_ENV = "LRA_KERNEL_TILES"
 
 _override: list[Tiles] = []
+# bumped whenever what select() returns may change (overrides, table entries): callers that cache a
+# call's tiles (kernels.packed_fast_path) key on it
+GENERATION = 0
+
+
+def _changed() -> None:
+    global GENERATION
+    GENERATION += 1
 
 
 @contextlib.contextmanager
 def override(tiles: Tiles) -> Iterator[None]:
     """Force ``tiles`` for every call made inside the block (tests and tuning scripts)."""
     _override.append(tiles)
+    _changed()
     try:
         yield
     finally:
         _override.pop()
+        _changed()
 
 
 def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dropout: bool = False,
@@ -191,6 +201,7 @@ def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dro
     """Replace one entry of the GPU table (16-bit inputs with dropout: ``dropout=True``; with
     ``fused_dkdv`` also the dK/dV tiles of the one-pass dropout backward; 16-bit block-sparse calls
     without dropout: ``sparse=True``)."""
+    _changed()
     if sparse:
         _GPU_16BIT_SPARSE[int(head_dim_padded)] = tiles
         return

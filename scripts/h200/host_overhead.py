@@ -12,7 +12,8 @@ runs at the host's pace), for:
 - `flash packed`: kernels.flash_attention_qkvpacked on the (B, N, 3, H, d) view -> view (the model's
   flash path since session 13);
 - the two flash forms in each launch mode of kernels.launch: `native` (the default since session
-  15: launch plans replayed by one C call each, kernels.plan_launcher), `planned` (session 14: the
+  15: launch plans replayed by one C call each, kernels.plan_launcher; the packed form then takes
+  kernels.packed_fast_path, also measured without it), `planned` (session 14: the
   plans' launches one by one through Triton's C launcher), `cached` (per-launch signature cache,
   session 13) and `Triton` (every launch through Triton's JITFunction.run);
 - the two flash forms with the Triton kernels replaced by no-ops and without plans (their
@@ -37,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels import flash_attention, flash_attention_qkvpacked, launch, ops, plan_launcher
+from kernels import flash_attention, flash_attention_qkvpacked, launch, ops, packed_fast_path, plan_launcher
 from kernels import triton_attention as kern
 from kernels.tiles import cdiv
 
@@ -131,9 +132,10 @@ def main() -> None:
             out, out, lse, lse, delta, lse2, lse, *out.stride(), *out.stride(), H, N, d,
             BLOCK_M=64, BLOCK_D=max(16, d), HAS_DLSE=False, ZERO_DQ=False)
 
-    def modes(enabled: bool, planned: bool, native: bool):
+    def modes(enabled: bool, planned: bool, native: bool, fast: bool = True):
         def apply():
             launch.ENABLED, launch.PLANNED, launch.NATIVE = enabled, planned, native
+            packed_fast_path.ON = fast
         return apply
 
     cases = [("sdpa (cuDNN): views + SDPA + head merge", sdpa, modes(launch.ENABLED, launch.PLANNED, launch.NATIVE))]
@@ -147,6 +149,9 @@ def main() -> None:
     for name, fn in forms:
         for mode, enabled, planned, native in launch_modes:
             cases.append((f"{name} (launches: {mode})", fn, modes(enabled, planned, native)))
+    if launch.ENABLED and plan_launcher.load() is not None:
+        cases.append(("flash packed: flash_attention_qkvpacked + view (launches: native, without the packed fast path)",
+                      flash_packed, modes(True, True, True, fast=False)))
     restore = modes(launch.ENABLED, launch.PLANNED, launch.NATIVE)
     rows = list(zip([c[0] for c in cases], host_us_interleaved(cases, args.iters, args.repeats)))
     restore()

@@ -76,7 +76,7 @@ def test_a_spec_skips_constexprs_and_ends_with_the_two_scratch_slots(native):
     spec = plan_launcher.launch_spec(compiled, (3, 2, 1), 2, (-7, 0.25, 64, 1, 2**40), first_tensor=0)
     function, gx, gy, gz, warps, ctas, shared, coop, pdl, slots, pointers = spec
     assert (function, gx, gy, gz, warps, ctas, shared, coop, pdl) == (0xABC, 3, 2, 1, 4, 1, 2048, False, True)
-    assert pointers == ((0, 0), (1, 1))
+    assert pointers == ((0, 0, 0), (1, 1, 0))
     x, y = torch.zeros(4), torch.ones(8)
     (block,) = native.Plan(2, (spec,)).slots((x, y))
     words = _words(block)
@@ -91,9 +91,9 @@ def test_each_replay_reads_its_own_tensors_and_launches_take_theirs_in_turn(nati
     first = _Compiled(["*fp32", "*fp32", "i32"])
     second = _Compiled(["*fp32", "i32", "*fp32"])  # a tensor after a scalar: not a leading tensor
     with pytest.raises(plan_launcher.Unplannable, match="not one of the leading tensors"):
-        plan_launcher.native_plan(native, [(first, (1, 1, 1), 2, (5,)), (second, (1, 1, 1), 1, (6, torch.zeros(1)))])
+        plan_launcher.plan_specs([(first, (1, 1, 1), 2, (5,)), (second, (1, 1, 1), 1, (6, torch.zeros(1)))])
     second = _Compiled(["*fp32", "*fp32", "constexpr", "i32"])
-    plan = plan_launcher.native_plan(native, [(first, (1, 1, 1), 2, (5,)), (second, (2, 1, 1), 2, (True, 6))])
+    plan = native.Plan(*plan_launcher.plan_specs([(first, (1, 1, 1), 2, (5,)), (second, (2, 1, 1), 2, (True, 6))]))
     assert (plan.n_tensors, plan.n_launches) == (4, 2)
     a, b, c = torch.zeros(2), torch.zeros(3), torch.zeros(5)
     blocks = plan.slots((a, b, c, a))  # the same tensor twice in one replay: read once, used twice
@@ -102,6 +102,34 @@ def test_each_replay_reads_its_own_tensors_and_launches_take_theirs_in_turn(nati
     blocks = plan.slots((c, c, b, b))  # a later replay: new pointers, same constants
     assert _words(blocks[0])[:3] == [c.data_ptr(), c.data_ptr(), 5]
     assert _words(blocks[1])[:3] == [b.data_ptr(), b.data_ptr(), 6]
+
+
+def test_a_plan_over_views_replays_with_the_tensors_they_are_views_of(native):
+    """LaunchPlan.rebased's pieces: views of a packed tensor, a transposed output and a placeholder
+    map to (base, byte offset); the rebased plan puts base pointer + offset in the same slots."""
+    qkv = torch.zeros(2, 5, 3, 4, 8, dtype=torch.bfloat16)
+    out = torch.zeros(2, 5, 4, 8, dtype=torch.bfloat16)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    views = (q, k, v, out.transpose(1, 2), q)  # the last: a placeholder (an unused pointer argument)
+    mapping = plan_launcher.base_mapping(views, (qkv, out))
+    assert mapping == [(0, 0), (0, 4 * 8 * 2), (0, 2 * 4 * 8 * 2), (1, 0), (0, 0)]
+    compiled = _Compiled(["*bf16"] * 5 + ["i32"])
+    n, specs = plan_launcher.plan_specs([(compiled, (1, 1, 1), 5, (9,))])
+    rebased = native.Plan(2, plan_launcher.rebased_specs(specs, mapping))
+    qkv2, out2 = torch.ones_like(qkv), torch.ones_like(out)  # a later call's tensors
+    (block,) = rebased.slots((qkv2, out2))
+    want = [t.data_ptr() for t in (qkv2, qkv2[:, :, 1], qkv2[:, :, 2], out2, qkv2)]
+    assert _words(block)[:6] == want + [9]
+    q2, k2, v2 = qkv2.permute(2, 0, 3, 1, 4).unbind(0)
+    (direct,) = native.Plan(n, specs).slots((q2, k2, v2, out2.transpose(1, 2), q2))  # the views themselves
+    assert direct == block
+
+
+def test_views_outside_the_bases_or_bases_sharing_a_storage_are_not_mapped():
+    a, b = torch.zeros(8), torch.zeros(8)
+    assert plan_launcher.base_mapping((a[2:],), (b,)) is None  # not a view of any base
+    assert plan_launcher.base_mapping((a[2:],), (a[:4], a[4:])) is None  # two bases, one storage: ambiguous
+    assert plan_launcher.base_mapping((a[2:], a), (a, a)) == [(0, 8), (0, 0)]  # one base object twice: fine
 
 
 @pytest.mark.parametrize("compiled, n_tensors, tail, message", [
@@ -116,11 +144,13 @@ def test_launches_the_native_launcher_cannot_express_are_refused(compiled, n_ten
 
 
 def test_bad_plans_and_replays_raise_one_clear_error(native):
-    spec = (1, 1, 1, 1, 4, 1, 0, False, False, bytes(16), ((0, 0),))
+    spec = (1, 1, 1, 1, 4, 1, 0, False, False, bytes(16), ((0, 0, 0),))
     with pytest.raises(ValueError, match="out of range"):
-        native.Plan(1, ((*spec[:10], ((2, 0),)),))
+        native.Plan(1, ((*spec[:10], ((2, 0, 0),)),))
     with pytest.raises(ValueError, match="out of range"):
-        native.Plan(1, ((*spec[:10], ((0, 1),)),))
+        native.Plan(1, ((*spec[:10], ((0, 1, 0),)),))
+    with pytest.raises(TypeError, match="byte offset"):
+        native.Plan(1, ((*spec[:10], ((0, 0),)),))
     with pytest.raises(ValueError, match="8 bytes per parameter"):
         native.Plan(1, ((*spec[:9], bytes(12), ()),))
     with pytest.raises(TypeError, match="launch spec"):
@@ -134,7 +164,7 @@ def test_bad_plans_and_replays_raise_one_clear_error(native):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without the CUDA driver")
 def test_running_without_the_cuda_driver_names_it(native):
-    plan = native.Plan(1, ((1, 1, 1, 1, 4, 1, 0, False, False, bytes(8), ((0, 0),)),))
+    plan = native.Plan(1, ((1, 1, 1, 1, 4, 1, 0, False, False, bytes(8), ((0, 0, 0),)),))
     with pytest.raises(RuntimeError, match="libcuda.so.1"):
         plan.run(0, (torch.zeros(1),))
 
@@ -203,15 +233,18 @@ def test_a_launch_plan_replays_natively_in_one_call_else_launch_by_launch(monkey
 @pytest.mark.parametrize("bwd_form", ["split", "fused"])
 def test_native_replays_on_cuda_give_the_results_of_python_replays_and_built_launches(monkeypatch, sparse, bwd_form):
     """Dense and block-sparse packed calls with dropout, padding (a fully padded batch row) and ragged
-    N, plus a causal q/k/v call with an lse gradient: bitwise equal, except the fused backward's dQ,
-    summed with atomics (order-dependent last bits)."""
-    from kernels import block_sparse_flash_attention_qkvpacked, flash_attention, flash_attention_qkvpacked, layouts, ops
+    N (dense: through kernels.packed_fast_path after the first call), plus a causal q/k/v call with an
+    lse gradient: bitwise equal, except the fused backward's dQ, summed with atomics (order-dependent
+    last bits)."""
+    from kernels import (block_sparse_flash_attention_qkvpacked, flash_attention, flash_attention_qkvpacked, layouts,
+                         ops, packed_fast_path)
     from kernels.tiles import cdiv
 
     if not (launch.plans_enabled() and launch.NATIVE):
         pytest.skip(f"native launch plans are off here (${launch.ENV} or the Triton version)")
     assert plan_launcher.load() is not None, plan_launcher.failure()
     monkeypatch.setattr(ops, "_LAUNCH_PLANS", {})
+    monkeypatch.setattr(packed_fast_path, "_ENTRIES", {})
     monkeypatch.setattr(ops, "DROPOUT_BWD", bwd_form)
     qkv = torch.randn(3, 300, 3, 2, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     mask = torch.zeros(3, 300, dtype=torch.bool, device="cuda")
@@ -235,11 +268,16 @@ def test_native_replays_on_cuda_give_the_results_of_python_replays_and_built_lau
         (out2.float() * grad_qkv.float()).sum().add(lse.sum()).backward()
         return out.detach().clone(), qkv.grad.clone(), out2.detach().clone(), q.grad.clone(), k.grad.clone()
 
-    run()  # binds the plans
+    run()  # binds the plans (and records the dense packed call's fast-path entry)
     plans = [p for p in ops._LAUNCH_PLANS.values() if p]
-    assert plans and all(p.native is not None for p in plans)
+    assert len(plans) == 4 and all(p.native is not None for p in plans)
     native_out = run()
-    assert all(p.replays >= 1 for p in plans)
+    if sparse:  # block-sparse packed calls replay their plans; dense ones take kernels.packed_fast_path
+        assert all(p.replays >= 1 for p in plans)
+    else:
+        (entry,) = packed_fast_path._ENTRIES.values()
+        assert entry.forwards == 1 and entry.backwards == 1
+        assert sorted(p.replays for p in plans) == [0, 0, 1, 1]  # the q/k/v call's plans replayed
     monkeypatch.setattr(launch, "NATIVE", False)
     python_out = run()
     monkeypatch.setattr(launch, "PLANNED", False)

@@ -1,0 +1,180 @@
+"""The eager fast path of dense attention on a packed QKV tensor (``flash_attention_qkvpacked``).
+
+Why: below 16K tokens the `paper` model's eager step is bound by the host CPU (issue #8; session 15's
+step profiles: the flash step issues for as long as it runs), so every microsecond of Python per
+attention call shows. The regular packed path checks the inputs, makes q/k/v views, picks tiles,
+computes launch-plan keys in both directions, and in the backward makes the gradient's views — the
+same work for every call of one layout. Here the first call of a layout runs the regular path and
+records its two launch plans re-expressed over the tensors the call starts from (the packed QKV
+tensor, the output, the gradient and the work buffers, at fixed byte offsets:
+:meth:`kernels.launch.LaunchPlan.rebased`); later calls of that layout skip straight to allocating
+the outputs and one native replay per direction.
+
+What a layout is (the entry key): the packed tensor's shape, strides, dtype and device, the key
+padding mask's shape, strides and dtype (or none), causal, dropout_p and softmax_scale as given,
+the dropout backward form (``kernels.ops.fused_dropout_backward``) and ``kernels.tiles.GENERATION``
+(tile overrides and table changes). Everything the regular path checks or derives is a function of
+that key, so a call that matches an entry is one the regular path accepted; calls with arguments of
+other types (``causal=1``, a bool ``dropout_p``) never take this path, so they still get the
+regular path's error. Per call it checks what the key cannot: 16-byte alignment of the packed tensor
+and the mask (Triton specialises on it), the current CUDA device, launch hooks (profilers: the
+regular path), and in the backward the gradient's strides, dtype and alignment (one backward plan per
+gradient layout, recorded by a regular backward the first time).
+A call off the current CUDA device takes the regular path (it switches devices for its launches).
+
+Where it applies: eager calls (not while torch.compile traces) on CUDA with native launch plans
+(``$LRA_TRITON_LAUNCH=native`` where :mod:`kernels.plan_launcher` builds); anywhere else the regular
+path runs as before. Results are bitwise those of the regular path (the same kernels, arguments and
+seed draw): ``tests/kernels/test_plan_launcher.py`` compares them on CUDA.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from . import launch, ops, tiles
+from .dropout import draw_seed
+
+_ENTRIES: dict[tuple, "Entry"] = {}
+_ENTRIES_MAX = 256  # layouts before the cache is cleared (a guard against unbounded growth)
+
+
+ON = True  # the fast path itself (scripts/h200/host_overhead.py measures the native replay without it)
+
+
+def enabled() -> bool:
+    """The fast path and native launch plans are on (checked per call: tests and scripts flip them)."""
+    return ON and launch.NATIVE and launch.PLANNED and launch.ENABLED
+
+
+class Entry:
+    """The recorded plans of one layout: ``fwd`` (native plan over (qkv, out, lse, mask|qkv,
+    seed|qkv)), ``bwd`` by the gradient's (strides, dtype) (native plans over (qkv, grad, out, lse,
+    mask|qkv, seed|qkv, dqkv, delta, lse2, dq_acc|lse)), the call's arguments as the regular path
+    derived them, and how often each direction was replayed (tests)."""
+
+    __slots__ = ("fwd", "bwd", "args", "fused", "recorded", "forwards", "backwards")
+
+    def __init__(self, fused: bool):
+        self.fwd = None
+        self.bwd: dict[tuple, object] = {}
+        self.args: tuple = ()
+        self.fused = fused
+        self.recorded = False  # a plan was recorded (fwd None after that: the layout cannot take this path)
+        self.forwards = self.backwards = 0
+
+    # recorders, called by kernels.ops._PackedFlashFunction with the plan the regular path used
+    def forward(self, traced, q, out, lse, key_padding_mask, seed, args: tuple) -> None:
+        """``args``: (causal, dropout_p, softmax_scale, tiles) as the regular path derived them."""
+        plan, tensors = traced
+        # q has qkv's data pointer; out (B, H, N, d) that of the (B, N, H, d) output
+        self.fwd = plan.rebased(tensors, _forward_bases(q, out, lse, key_padding_mask, seed))
+        self.args = args
+        self.recorded = True
+
+    def backward(self, traced, q, grad, out, lse, key_padding_mask, seed, dqkv, buffers) -> None:
+        plan, tensors = traced
+        native = plan.rebased(tensors, _backward_bases(q, grad, out, lse, key_padding_mask, seed, dqkv, buffers))
+        if native is not None and grad.data_ptr() % 16 == 0:
+            self.bwd[(grad.stride(), grad.dtype)] = native
+
+
+def _forward_bases(qkv, out, lse, key_padding_mask, seed) -> tuple:
+    return (qkv, out, lse, key_padding_mask if key_padding_mask is not None else qkv,
+            seed if seed is not None else qkv)
+
+
+def _backward_bases(qkv, grad, out, lse, key_padding_mask, seed, dqkv, buffers) -> tuple:
+    delta, lse2, dq_acc = buffers
+    return (qkv, grad, out, lse, key_padding_mask if key_padding_mask is not None else qkv,
+            seed if seed is not None else qkv, dqkv, delta, lse2, dq_acc if dq_acc is not None else lse)
+
+
+def _on_current_cuda_device(t: Tensor) -> bool:
+    return t.is_cuda and t.device.index == torch.cuda.current_device()
+
+
+def call(qkv: Tensor, key_padding_mask: Optional[Tensor], causal, dropout_p, softmax_scale,
+         regular: Callable) -> Tensor:
+    """``regular(qkv, key_padding_mask, causal, dropout_p, softmax_scale, recorder)`` — the regular
+    packed path — or its result through the fast path where an entry for the call's layout exists
+    (the first call of a layout runs the regular path and records the entry)."""
+    m = key_padding_mask
+    if (not enabled() or causal.__class__ is not bool or dropout_p.__class__ not in (float, int)
+            or not (softmax_scale is None or softmax_scale.__class__ in (float, int))
+            or not isinstance(qkv, Tensor) or not (m is None or isinstance(m, Tensor))
+            or not _on_current_cuda_device(qkv) or torch.compiler.is_compiling()):
+        return regular(qkv, key_padding_mask, causal, dropout_p, softmax_scale, None)
+    fused = ops.fused_dropout_backward(dropout_p)
+    key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.device, None if m is None else (m.shape, m.stride(), m.dtype),
+           causal, dropout_p, softmax_scale, fused, tiles.GENERATION)
+    entry = _ENTRIES.get(key)
+    if entry is None:
+        entry = Entry(fused)
+        out = regular(qkv, key_padding_mask, causal, dropout_p, softmax_scale, entry)
+        if entry.recorded:
+            if len(_ENTRIES) >= _ENTRIES_MAX:
+                _ENTRIES.clear()
+            _ENTRIES[key] = entry
+        return out
+    if entry.fwd is None or (qkv.data_ptr() | (m.data_ptr() if m is not None else 0)) & 15 or launch._hooks_installed():
+        return regular(qkv, key_padding_mask, causal, dropout_p, softmax_scale, None)
+    seed = draw_seed(qkv.device) if dropout_p > 0.0 else None
+    return _FastPackedFunction.apply(qkv, key_padding_mask, seed, entry)
+
+
+class _FastPackedFunction(torch.autograd.Function):
+    """The regular packed path's forward and backward (``kernels.ops._PackedFlashFunction``) as
+    recorded native replays: allocate, replay, return."""
+
+    @staticmethod
+    def forward(ctx, qkv, key_padding_mask, seed, entry):
+        B, n, _, H, d = qkv.shape
+        out = qkv.new_empty((B, n, H, d))
+        lse = torch.empty((B, H, n), dtype=torch.float32, device=qkv.device)
+        entry.fwd.run(launch.current_stream(), _forward_bases(qkv, out, lse, key_padding_mask, seed))
+        entry.forwards += 1
+        ctx.save_for_backward(qkv, out, lse, key_padding_mask, seed)
+        ctx.entry = entry
+        ctx.set_materialize_grads(False)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        qkv, out, lse, key_padding_mask, seed = ctx.saved_tensors
+        entry = ctx.entry
+        if grad is None:
+            grad = torch.zeros_like(out)
+        B, n, _, H, d = qkv.shape
+        dqkv = qkv.new_empty(qkv.shape)
+        native = entry.bwd.get((grad.stride(), grad.dtype))
+        if (native is None or grad.data_ptr() % 16 or launch._hooks_installed()
+                or ops.fused_dropout_backward(entry.args[1]) != entry.fused):
+            return _regular_backward(entry, qkv, grad, out, lse, key_padding_mask, seed, dqkv)
+        buffers = ops.backward_buffers(B, H, n, d, qkv.device, entry.fused)
+        native.run(launch.current_stream(),
+                   _backward_bases(qkv, grad, out, lse, key_padding_mask, seed, dqkv, buffers))
+        if buffers[2] is not None:  # the fused form's float32 dQ sum, rounded into dQKV's q part
+            dqkv.select(2, 0).copy_(buffers[2].transpose(1, 2))
+        entry.backwards += 1
+        return dqkv, None, None, None
+
+
+def _regular_backward(entry: Entry, qkv, grad, out, lse, key_padding_mask, seed, dqkv):
+    """The regular packed backward (kernels.ops._bwd on views), recording its plan for this gradient
+    layout when the entry's backward form is still the current one."""
+    B, n, _, H, d = qkv.shape
+    q, k, v = ops.unpack_qkv(qkv)
+    fused = ops.fused_dropout_backward(entry.args[1])
+    buffers = ops.backward_buffers(B, H, n, d, qkv.device, fused)
+    trace = [] if fused == entry.fused else None
+    with ops._device_guard(qkv):
+        ops._bwd(ops._direct, grad.transpose(1, 2), None, q, k, v, out.transpose(1, 2), lse, key_padding_mask, seed,
+                 None, None, None, None, *entry.args, grads=ops.unpack_qkv(dqkv), buffers=buffers, trace=trace)
+    if trace:
+        entry.backward(trace[0], qkv, grad, out, lse, key_padding_mask, seed, dqkv, buffers)
+    return dqkv, None, None, None
