@@ -42,7 +42,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from . import layouts as _layouts
-from . import ops
+from . import ops, packed_fast_path
 from .dropout import draw_seed
 from .tiles import Tiles, select
 from .validation import check_attention_inputs
@@ -280,11 +280,15 @@ def block_sparse_flash_attention_qkvpacked(qkv: torch.Tensor, layout, *, block_s
                                            key_padding_mask: torch.Tensor | None = None, causal: bool = False,
                                            dropout_p: float = 0.0, softmax_scale: float | None = None) -> torch.Tensor:
     """:func:`block_sparse_flash_attention` of q, k, v packed in one (B, N, 3, H, d) tensor, returning
-    (B, N, H, d); the packed form of :func:`kernels.flash_attention_qkvpacked` (same gains in eager mode)."""
-    q, k, v = views = ops.packed_views(qkv)
-    scale, dropout_p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
-                                                    softmax_scale)
-    return ops.attention_packed(qkv, views, key_padding_mask, seed, plans, causal, dropout_p, scale, tiles)
+    (B, N, H, d); the packed form of :func:`kernels.flash_attention_qkvpacked` (same gains in eager mode,
+    :mod:`kernels.packed_fast_path` included)."""
+    def regular(recorder):  # recorder: see kernels.packed_fast_path
+        q, k, v = views = ops.packed_views(qkv)
+        scale, p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
+                                                softmax_scale)
+        return ops.attention_packed(qkv, views, key_padding_mask, seed, plans, causal, p, scale, tiles, recorder)
+
+    return packed_fast_path.call(qkv, key_padding_mask, causal, dropout_p, softmax_scale, regular, layout, block_size)
 
 
 def _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p, softmax_scale):

@@ -63,15 +63,12 @@ def flash_attention_qkvpacked(qkv: torch.Tensor, *, key_padding_mask: torch.Tens
     and copy operations that q/k/v views cost their caller (see ``kernels.ops._PackedFlashFunction``),
     and repeat calls of one layout on CUDA take :mod:`kernels.packed_fast_path`.
     """
-    return packed_fast_path.call(qkv, key_padding_mask, causal, dropout_p, softmax_scale, _packed)
+    def regular(recorder):  # recorder: see kernels.packed_fast_path
+        q, k, v = views = ops.packed_views(qkv)
+        scale, p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
+        return ops.attention_packed(qkv, views, key_padding_mask, seed, (None,) * 6, causal, p, scale, tiles, recorder)
 
-
-def _packed(qkv, key_padding_mask, causal, dropout_p, softmax_scale, recorder):
-    """The regular packed path (``recorder``: see :mod:`kernels.packed_fast_path`)."""
-    q, k, v = views = ops.packed_views(qkv)
-    scale, dropout_p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
-    return ops.attention_packed(qkv, views, key_padding_mask, seed, (None,) * 6, causal, dropout_p, scale, tiles,
-                                recorder)
+    return packed_fast_path.call(qkv, key_padding_mask, causal, dropout_p, softmax_scale, regular)
 
 
 def _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale):

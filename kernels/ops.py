@@ -717,7 +717,8 @@ class _PackedFlashFunction(torch.autograd.Function):
             out, lse = _fwd(_direct, q, k, v, key_padding_mask, seed, *plans[:2], causal, dropout_p, softmax_scale,
                             tiles, trace=trace)
         if trace:
-            recorder.forward(trace[0], q, out, lse, key_padding_mask, seed, (causal, dropout_p, softmax_scale, tiles))
+            recorder.forward(trace[0], q, out, lse, key_padding_mask, seed, plans,
+                             (causal, dropout_p, softmax_scale, tiles))
         ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed)
         ctx.plans = plans[2:]  # the backward's index lists (dK/dV, dQ); not differentiable, never modified
         ctx.args = (causal, dropout_p, softmax_scale, tiles)

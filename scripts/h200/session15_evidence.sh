@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Device call (issue #8), session 15, last: the model benchmark grid with this session's launch path
-# (launch plans replayed natively: kernels.plan_launcher, $LRA_TRITON_LAUNCH=native, the default),
+# (launch plans replayed natively: kernels.plan_launcher, $LRA_TRITON_LAUNCH=native, the default; packed
+# calls through kernels.packed_fast_path),
 # every cell interleaved (`lra bench models --interleave`: the attentions of a cell timed in rotating
 # rounds). One GPU:
-#   1. the launch, launch-plan and plan-launcher tests on CUDA (bitwise: native vs Python replays vs
-#      built launches);
+#   1. the launch, launch-plan, plan-launcher, packed, block-sparse and model tests on CUDA (bitwise:
+#      the packed fast path and native replays vs Python replays vs built launches);
 #   2. scripts/h200/host_overhead.py: host time of one attention core per launch mode, vs sdpa;
 #   3. paper batch (262,144 tokens), eager: 1K / 4K with softmax, 16K without (it does not fit);
 #   4. small batch (32K tokens), eager, 1K / 4K / 16K;
@@ -21,7 +22,8 @@ MB=(python3 -m lra bench models --interleave --warmup 10 --resume)
 ATT=(flash sdpa flash_sparse)
 
 lane() {
-  cuda_tests 70 tests/kernels/test_launch.py tests/kernels/test_launch_plans.py tests/kernels/test_plan_launcher.py
+  cuda_tests 90 -n 8 tests/kernels/test_launch.py tests/kernels/test_launch_plans.py tests/kernels/test_plan_launcher.py \
+      tests/kernels/test_packed.py tests/kernels/test_block_sparse.py tests/lra/test_model.py
   say "host time per attention call, by launch mode"
   timeout -k 5 70 python3 scripts/h200/host_overhead.py --repeats 7 --out "$WORK/host_overhead.md" \
       > "$WORK/host_overhead.log" 2>&1

@@ -14,8 +14,9 @@ import pytest
 import torch
 from test_launch_plans import SMALL, _InterpretedLauncher, _packed
 
-from kernels import flash_attention_qkvpacked, launch, ops, packed_fast_path, plan_launcher
-from kernels.tiles import override
+from kernels import (BlockSparseLayout, block_sparse_flash_attention_qkvpacked, flash_attention_qkvpacked, launch,
+                     layouts, ops, packed_fast_path, plan_launcher)
+from kernels.tiles import cdiv, override
 
 
 class _ViewReplay:
@@ -139,3 +140,40 @@ def test_tile_changes_make_a_new_entry(fast):
     with override(SMALL):  # the same tiles, but select() may have changed: a new generation, a new entry
         _run(qkv, grad)
     assert len(fast) == 2 and all(e.forwards == 0 for e in fast.values())
+
+
+@pytest.mark.parametrize("form", ["tensor", "compressed"])
+def test_block_sparse_fast_calls_give_bitwise_the_results_of_regular_calls(fast, monkeypatch, form):
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+    qkv = _packed()
+    grad = torch.randn(2, 75, 2, 24).bfloat16()
+    dense = layouts.bigbird(cdiv(75, 32), num_global=1, window=1, num_random=1, seed=0)
+    layout = dense if form == "tensor" else BlockSparseLayout.from_dense(dense, 32)
+
+    def run():
+        qkv.grad = None
+        torch.manual_seed(7)
+        out = block_sparse_flash_attention_qkvpacked(qkv, layout, block_size=32, key_padding_mask=_mask(),
+                                                     dropout_p=0.1)
+        out.backward(grad)
+        return out.detach().clone(), qkv.grad.clone()
+
+    with override(SMALL):
+        first = run()
+        (entry,) = fast.values()
+        assert len(entry.index) >= 1 and entry.fwd is not None and len(entry.bwd) == 1
+        second = run()
+        assert entry.forwards == 1 and entry.backwards == 1
+        if form == "tensor":  # an in-place change of the layout tensor: its version moves, a new entry
+            saved = dense.clone()
+            dense[1] = False
+            dense[1, 1] = True  # query block 1 (unpadded keys in batch 1) now sees only its own block
+            changed = run()
+            assert len(fast) == 2 and entry.forwards == 1
+            dense.copy_(saved)
+        monkeypatch.setattr(packed_fast_path, "enabled", lambda: False)
+        regular = run()
+    for a, b, c in zip(first, second, regular):
+        assert torch.equal(a, c) and torch.equal(b, c)
+    if form == "tensor":
+        assert not torch.equal(changed[0], first[0])

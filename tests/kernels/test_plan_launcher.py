@@ -233,7 +233,7 @@ def test_a_launch_plan_replays_natively_in_one_call_else_launch_by_launch(monkey
 @pytest.mark.parametrize("bwd_form", ["split", "fused"])
 def test_native_replays_on_cuda_give_the_results_of_python_replays_and_built_launches(monkeypatch, sparse, bwd_form):
     """Dense and block-sparse packed calls with dropout, padding (a fully padded batch row) and ragged
-    N (dense: through kernels.packed_fast_path after the first call), plus a causal q/k/v call with an
+    N (through kernels.packed_fast_path after the first call), plus a causal q/k/v call with an
     lse gradient: bitwise equal, except the fused backward's dQ, summed with atomics (order-dependent
     last bits)."""
     from kernels import (block_sparse_flash_attention_qkvpacked, flash_attention, flash_attention_qkvpacked, layouts,
@@ -272,12 +272,9 @@ def test_native_replays_on_cuda_give_the_results_of_python_replays_and_built_lau
     plans = [p for p in ops._LAUNCH_PLANS.values() if p]
     assert len(plans) == 4 and all(p.native is not None for p in plans)
     native_out = run()
-    if sparse:  # block-sparse packed calls replay their plans; dense ones take kernels.packed_fast_path
-        assert all(p.replays >= 1 for p in plans)
-    else:
-        (entry,) = packed_fast_path._ENTRIES.values()
-        assert entry.forwards == 1 and entry.backwards == 1
-        assert sorted(p.replays for p in plans) == [0, 0, 1, 1]  # the q/k/v call's plans replayed
+    (entry,) = packed_fast_path._ENTRIES.values()  # the packed call: kernels.packed_fast_path
+    assert entry.forwards == 1 and entry.backwards == 1
+    assert sorted(p.replays for p in plans) == [0, 0, 1, 1]  # the q/k/v call's plans replayed
     monkeypatch.setattr(launch, "NATIVE", False)
     python_out = run()
     monkeypatch.setattr(launch, "PLANNED", False)
