@@ -125,10 +125,11 @@ def call(qkv: Tensor, key_padding_mask: Optional[Tensor], causal, dropout_p, sof
     path and records the entry). Block-sparse calls pass their ``layout`` (a bool tensor or a
     ``BlockSparseLayout``, keyed by identity, and a tensor also by its version) and ``block_size``."""
     m = key_padding_mask
-    if (not enabled() or causal.__class__ is not bool or dropout_p.__class__ not in (float, int)
+    if (torch.compiler.is_compiling() or not enabled() or causal.__class__ is not bool
+            or dropout_p.__class__ not in (float, int)
             or not (softmax_scale is None or softmax_scale.__class__ in (float, int))
             or not isinstance(qkv, Tensor) or not (m is None or isinstance(m, Tensor))
-            or not _on_current_cuda_device(qkv) or torch.compiler.is_compiling()):
+            or not _on_current_cuda_device(qkv)):
         return regular(None)
     sparse = None
     if layout is not None:
