@@ -34,7 +34,9 @@ itself) on a Triton release whose internals this was written against and checked
 through Triton. Results are identical either way (the same compiled kernel runs with the same
 arguments); `tests/kernels/test_launch.py` and `test_launch_plans.py` check that bitwise on CUDA.
 Session 14 (results/models/session14/): one eager attention call, fwd + bwd, 449 us of host time with
-plans vs 709 us cached and 801 us through Triton (SDPA's: 318 us), same call on the H200.
+plans vs 709 us cached and 801 us through Triton (SDPA's: 318 us), same call on the H200. Session 15
+(results/models/session15/): native replays 20-45 us less than the Python replay; with the packed fast
+path (kernels.packed_fast_path) one packed call takes 295-342 us against SDPA's 371-575 us.
 """
 from __future__ import annotations
 
@@ -92,6 +94,27 @@ def plans_enabled() -> bool:
     """Whether :mod:`kernels.ops` may bind and replay launch plans (:class:`LaunchPlan`): the
     cached path is on and ``$LRA_TRITON_LAUNCH`` is "native" (the default) or "planned"."""
     return ENABLED and PLANNED
+
+
+def describe() -> str:
+    """The eager launch path in force, in words (``lra info``, benchmark metadata)."""
+    if not ENABLED:
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            why = "Triton's interpreter"
+        elif MODE == "triton":
+            why = f"${ENV}=triton"
+        else:
+            import triton
+
+            why = f"Triton {triton.__version__} is not a verified release ({sorted(VERIFIED_TRITON)})"
+        return f"triton (every launch through JITFunction.run: {why})"
+    if MODE == "native":
+        from . import plan_launcher
+
+        if plan_launcher.load() is None:
+            return f"planned (the native plan launcher is unavailable: {plan_launcher.failure()})"
+        return "native (launch plans replayed by kernels/plan_launcher; packed calls take kernels.packed_fast_path)"
+    return MODE
 
 
 def _hooks_installed() -> bool:

@@ -95,10 +95,13 @@ DROPOUT_BWD = _parse_dropout_bwd(os.environ.get(DROPOUT_BWD_ENV))
 
 def kernel_settings() -> dict:
     """The kernels' environment settings in force, for benchmark metadata: the attention-dropout
-    Philox rounds and backward form (``$LRA_DROPOUT_RNG``, ``$LRA_DROPOUT_BWD``) and the form
-    torch.compile sees the ops in (``$LRA_KERNELS_COMPILE_OP``)."""
+    Philox rounds and backward form (``$LRA_DROPOUT_RNG``, ``$LRA_DROPOUT_BWD``), the form
+    torch.compile sees the ops in (``$LRA_KERNELS_COMPILE_OP``) and the eager launch path
+    (``$LRA_TRITON_LAUNCH``, :func:`kernels.launch.describe`)."""
+    from . import launch
+
     return {"dropout_philox_rounds": kern.PHILOX_ROUNDS_SETTING, "dropout_backward": DROPOUT_BWD,
-            "compile_op": COMPILE_OP}
+            "compile_op": COMPILE_OP, "launches": launch.describe()}
 
 
 def fused_dropout_backward(dropout_p: float) -> bool:

@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     elif ks:
         print(f"kernels    torch.compile sees them as {ks['compile_op']} ops ($LRA_KERNELS_COMPILE_OP); dropout backward "
               f"{ks['dropout_backward']} ($LRA_DROPOUT_BWD), {ks['dropout_philox_rounds']} Philox rounds ($LRA_DROPOUT_RNG)")
+        if ks.get("launches"):
+            print(f"launches   {ks['launches']} ($LRA_TRITON_LAUNCH)")
     if "registry_error" in info:
         print(f"\nattention registry failed to import: {info['registry_error']}")
         return 1

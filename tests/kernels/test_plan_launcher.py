@@ -284,3 +284,20 @@ def test_native_replays_on_cuda_give_the_results_of_python_replays_and_built_lau
         torch.testing.assert_close(a, b, **exact)
         torch.testing.assert_close(a, c, **exact)
     assert not torch.isnan(native_out[1]).any()
+
+
+def test_the_launch_path_in_force_is_described_with_the_reason(monkeypatch):
+    """kernels.launch.describe(): what `lra info` and benchmark metadata record."""
+    monkeypatch.setattr(launch, "ENABLED", False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert launch.describe() == "triton (every launch through JITFunction.run: Triton's interpreter)"
+    monkeypatch.setattr(launch, "ENABLED", True)
+    monkeypatch.setattr(launch, "MODE", "native")
+    monkeypatch.setattr(plan_launcher, "_module", None)
+    monkeypatch.setattr(plan_launcher, "_failure", "FileNotFoundError: no C compiler found")
+    assert launch.describe() == ("planned (the native plan launcher is unavailable: FileNotFoundError: "
+                                 "no C compiler found)")
+    monkeypatch.setattr(plan_launcher, "_module", object())
+    assert launch.describe().startswith("native (")
+    monkeypatch.setattr(launch, "MODE", "cached")
+    assert launch.describe() == "cached"
