@@ -90,17 +90,30 @@ class Entry:
                 index.append(t)
         self.index = tuple(index)
         self.backward_lists = tuple(index_lists[2:])
-        # q has qkv's data pointer; out (B, H, N, d) that of the (B, N, H, d) output
-        self.fwd = plan.rebased(tensors, _forward_bases(self, q, out, lse, key_padding_mask, seed))
         self.args = args
         self.recorded = True
+        # q has qkv's data pointer; out (B, H, N, d) that of the (B, N, H, d) output
+        if _separate(q, out, lse, key_padding_mask, seed, *self.index):
+            self.fwd = plan.rebased(tensors, _forward_bases(self, q, out, lse, key_padding_mask, seed))
 
     def backward(self, traced, q, grad, out, lse, key_padding_mask, seed, dqkv, buffers) -> None:
         plan, tensors = traced
+        if grad.data_ptr() % 16 or not _separate(q, grad, out, lse, key_padding_mask, seed, dqkv, *buffers,
+                                                 *self.index):
+            return
         native = plan.rebased(tensors, _backward_bases(self, q, grad, out, lse, key_padding_mask, seed, dqkv,
                                                        buffers))
-        if native is not None and grad.data_ptr() % 16 == 0:
+        if native is not None:
             self.bwd[(grad.stride(), grad.dtype)] = native
+
+
+def _separate(*tensors) -> bool:
+    """Whether the given tensors (None skipped) lie in pairwise different storages. A recording call
+    whose inputs happen to share one (a gradient that is a view of the output, a mask inside the packed
+    tensor's storage) is not recorded: its plans would map one tensor's pointer onto another's, which
+    later calls need not repeat."""
+    storages = [t.untyped_storage().data_ptr() for t in tensors if t is not None]
+    return len(set(storages)) == len(storages)
 
 
 def _forward_bases(entry: Entry, qkv, out, lse, key_padding_mask, seed) -> tuple:

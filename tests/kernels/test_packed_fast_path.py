@@ -177,3 +177,24 @@ def test_block_sparse_fast_calls_give_bitwise_the_results_of_regular_calls(fast,
         assert torch.equal(a, c) and torch.equal(b, c)
     if form == "tensor":
         assert not torch.equal(changed[0], first[0])
+
+
+def test_a_recording_call_whose_tensors_share_a_storage_records_no_plan(fast):
+    """A gradient that is a view of the output (out.backward(out)): the backward plan is not recorded
+    from it (later calls' gradients need not alias the output); a later ordinary call records it."""
+    qkv = _packed()
+    grad = torch.randn(2, 75, 2, 24).bfloat16()
+    with override(SMALL):
+        qkv.grad = None
+        out = flash_attention_qkvpacked(qkv)
+        out.backward(out.detach())  # the gradient shares the output's storage
+        (entry,) = fast.values()
+        assert entry.fwd is not None and entry.bwd == {}
+        aliased = qkv.grad.clone()
+        _run(qkv, grad)  # fast forward, regular backward: records
+        assert len(entry.bwd) == 1
+        qkv.grad = None
+        out = flash_attention_qkvpacked(qkv)  # fast both ways, the gradient aliasing the output again
+        out.backward(out.detach())
+        assert entry.backwards == 1
+    assert torch.equal(qkv.grad, aliased)
