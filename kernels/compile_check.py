@@ -43,7 +43,6 @@ def _variants(quick: bool):
     TMA for 16-bit inputs) apply to the dK/dV kernel only. Every variant uses the tiles the launcher
     gives such a call (``kernels.tiles.select``: the dropout table with dropout, the one-pass
     backward's own dK/dV tiles with ``FUSED_DQ``)."""
-    import dataclasses
 
     import torch
 

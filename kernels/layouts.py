@@ -25,7 +25,6 @@ Everything here is plain PyTorch; builders return CPU tensors unless ``device`` 
 from __future__ import annotations
 
 import inspect
-import math
 import operator
 from typing import Callable, Iterable
 

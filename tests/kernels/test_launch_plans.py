@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_helpers import DEVICE
+from kernel_helpers import DEVICE, cuda_packed_case, packed_call
 
 from kernels import (block_sparse_flash_attention_qkvpacked, flash_attention, flash_attention_qkvpacked, launch,
                      layouts, ops)
-from kernels.tiles import LOADS_TMA, PassTiles, Tiles, cdiv, override
+from kernels.tiles import LOADS_TMA, PassTiles, Tiles, override
 
 SMALL = Tiles(PassTiles(32, 32), PassTiles(16, 32), PassTiles(32, 32))
 
@@ -212,23 +212,10 @@ def test_plans_on_cuda_give_bitwise_the_results_of_built_launches(monkeypatch, s
     monkeypatch.setattr(ops, "DROPOUT_BWD", "split")
     monkeypatch.setattr(ops, "_LAUNCH_PLANS", {})
     monkeypatch.setattr(launch, "NATIVE", False)  # the bound launches' replay (test_plan_launcher: the native one)
-    qkv = torch.randn(3, 300, 3, 2, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    mask = torch.zeros(3, 300, dtype=torch.bool, device="cuda")
-    mask[1, 200:] = True
-    mask[2] = True
-    layout = layouts.bigbird(cdiv(300, 64), num_global=1, window=3, num_random=1, seed=0, device="cuda")
-    grad = torch.randn(3, 300, 2, 32, device="cuda", dtype=torch.bfloat16)
+    case = cuda_packed_case()
 
     def run():
-        qkv.grad = None
-        torch.manual_seed(11)
-        if sparse:
-            out = block_sparse_flash_attention_qkvpacked(qkv, layout, block_size=64, key_padding_mask=mask,
-                                                         dropout_p=0.1)
-        else:
-            out = flash_attention_qkvpacked(qkv, key_padding_mask=mask, dropout_p=0.1)
-        out.backward(grad)
-        return out.detach().clone(), qkv.grad.clone()
+        return packed_call(*case, sparse=sparse)
 
     run()
     plans = [p for p in ops._LAUNCH_PLANS.values() if p]

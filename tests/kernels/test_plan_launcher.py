@@ -236,9 +236,9 @@ def test_native_replays_on_cuda_give_the_results_of_python_replays_and_built_lau
     N (through kernels.packed_fast_path after the first call), plus a causal q/k/v call with an
     lse gradient: bitwise equal, except the fused backward's dQ, summed with atomics (order-dependent
     last bits)."""
-    from kernels import (block_sparse_flash_attention_qkvpacked, flash_attention, flash_attention_qkvpacked, layouts,
-                         ops, packed_fast_path)
-    from kernels.tiles import cdiv
+    from kernel_helpers import cuda_packed_case, packed_call
+
+    from kernels import flash_attention, ops, packed_fast_path
 
     if not (launch.plans_enabled() and launch.NATIVE):
         pytest.skip(f"native launch plans are off here (${launch.ENV} or the Triton version)")
@@ -246,29 +246,18 @@ def test_native_replays_on_cuda_give_the_results_of_python_replays_and_built_lau
     monkeypatch.setattr(ops, "_LAUNCH_PLANS", {})
     monkeypatch.setattr(packed_fast_path, "_ENTRIES", {})
     monkeypatch.setattr(ops, "DROPOUT_BWD", bwd_form)
-    qkv = torch.randn(3, 300, 3, 2, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    mask = torch.zeros(3, 300, dtype=torch.bool, device="cuda")
-    mask[1, 250:] = True
-    mask[2, :] = True  # fully padded rows: zeros, no NaN
-    layout = layouts.bigbird(cdiv(300, 64), num_global=1, window=3, num_random=1, seed=0, device="cuda")
-    grad = torch.randn(3, 300, 2, 32, device="cuda", dtype=torch.bfloat16)
+    case = cuda_packed_case()
     q, k, v = (torch.randn(2, 2, 200, 64, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
     grad_qkv = torch.randn(2, 2, 200, 64, device="cuda", dtype=torch.float16)
 
     def run():
-        qkv.grad = q.grad = k.grad = v.grad = None
-        torch.manual_seed(11)
-        if sparse:
-            out = block_sparse_flash_attention_qkvpacked(qkv, layout, block_size=64, key_padding_mask=mask,
-                                                         dropout_p=0.1)
-        else:
-            out = flash_attention_qkvpacked(qkv, key_padding_mask=mask, dropout_p=0.1)
-        out.backward(grad)
+        q.grad = k.grad = v.grad = None
+        out, dqkv = packed_call(*case, sparse=sparse)
         out2, lse = flash_attention(q, k, v, causal=True, return_lse=True)  # the split backward, an lse gradient
         (out2.float() * grad_qkv.float()).sum().add(lse.sum()).backward()
-        return out.detach().clone(), qkv.grad.clone(), out2.detach().clone(), q.grad.clone(), k.grad.clone()
+        return out, dqkv, out2.detach().clone(), q.grad.clone(), k.grad.clone()
 
-    run()  # binds the plans (and records the dense packed call's fast-path entry)
+    run()  # binds the plans (and records the packed call's fast-path entry)
     plans = [p for p in ops._LAUNCH_PLANS.values() if p]
     assert len(plans) == 4 and all(p.native is not None for p in plans)
     native_out = run()
