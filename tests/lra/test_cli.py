@@ -98,6 +98,9 @@ def test_info_reports_versions_device_and_attentions(capsys):
 
     assert info["kernel_settings"] == ops.kernel_settings()
     assert f"torch.compile sees them as {ops.COMPILE_OP} ops" in out and f"dropout backward {ops.DROPOUT_BWD}" in out
+    from kernels import launch
+
+    assert f"launches   {launch.describe()} ($LRA_TRITON_LAUNCH)" in out  # the eager launch path and why
 
 
 def test_output_paths_that_cannot_be_written_are_one_line(tmp_path, capsys):
