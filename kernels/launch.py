@@ -35,7 +35,7 @@ through Triton. Results are identical either way (the same compiled kernel runs 
 arguments); `tests/kernels/test_launch.py` and `test_launch_plans.py` check that bitwise on CUDA.
 Session 14 (results/models/session14/): one eager attention call, fwd + bwd, 449 us of host time with
 plans vs 709 us cached and 801 us through Triton (SDPA's: 318 us), same call on the H200. Session 15
-(results/models/session15/): native replays 20-45 us less than the Python replay; with the packed fast
+(results/models/session15/): native replays 17-83 us less than the Python replay; with the packed fast
 path (kernels.packed_fast_path) one packed call takes 295-342 us against SDPA's 371-575 us.
 """
 from __future__ import annotations
