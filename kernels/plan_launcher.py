@@ -19,33 +19,23 @@ buffers, which planned kernels never need (a kernel that does is not planned nat
 kernel as Triton's launcher takes them. Anything else (TMA descriptors, tuple arguments, a
 signature that does not line up with the arguments) makes the plan fall back to the Python replay.
 
-Building: the C source is compiled once per source / Python / Triton-header combination with the
-system C compiler (``$CC``, else ``cc``/``gcc``/``clang``; Triton needs one anyway for its own
-launchers) into ``$LRA_NATIVE_CACHE`` (default ``$XDG_CACHE_HOME/lra/plan_launcher`` or
-``~/.cache/lra/plan_launcher``), written to a temporary name and renamed, so concurrent processes
-never load half a file. The driver is opened with ``dlopen`` at the first launch, so the module
-also builds and dry-runs (``Plan.slots``) on machines without CUDA: that is how CI tests the
-parameter packing. If it cannot be built, :func:`load` says why once (a warning) and plans replay
-in Python (``$LRA_TRITON_LAUNCH=planned`` does that on purpose).
+Building: Triton's own C-extension helper (``triton.runtime.build.compile_module_from_src``, which
+compiles Triton's launchers: the system C compiler, Python's headers, Triton's cache directory keyed
+by the source) builds the module once per machine, with Triton's bundled ``cuda.h``. The driver is
+opened with ``dlopen`` at the first launch, so the module also builds and dry-runs (``Plan.slots``)
+on machines without CUDA: that is how CI tests the parameter packing. If it cannot be built,
+:func:`load` says why once (a warning) and plans replay in Python (``$LRA_TRITON_LAUNCH=planned``
+does that on purpose).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import shutil
 import struct
-import subprocess
-import sys
-import sysconfig
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Optional
 
 SOURCE = Path(__file__).with_name("plan_launcher.c")
 MODULE_NAME = "_plan_launcher"
-CACHE_ENV = "LRA_NATIVE_CACHE"
 
 _INT_TYPES = {  # Triton signature type -> (bits, signed)
     "i1": (8, True), "i8": (8, True), "i16": (16, True), "i32": (32, True), "i64": (64, True),
@@ -60,13 +50,6 @@ class Unplannable(ValueError):
     """A bound launch that the native launcher cannot replay (it falls back to the Python replay)."""
 
 
-def cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lra" / "plan_launcher"
-
-
 def cuda_include_dir() -> Path:
     """The directory of ``cuda.h``: Triton's NVIDIA back-end ships it for its own launchers."""
     import triton
@@ -77,48 +60,12 @@ def cuda_include_dir() -> Path:
     return path
 
 
-def compiler() -> str:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    raise FileNotFoundError("no C compiler found ($CC, cc, gcc or clang); the plan launcher needs one")
+def compile_module():
+    """The C module, built by Triton's C-extension helper (cached by Triton; raises if it cannot be built)."""
+    from triton.runtime.build import compile_module_from_src
 
-
-def build(directory: Optional[Path] = None) -> Path:
-    """Compile the C source (if not already built for this source, Python and cuda.h) and return the
-    shared library's path. Raises with the compiler's output when it fails."""
-    include = cuda_include_dir()
-    python_include = sysconfig.get_paths()["include"]
-    cc = compiler()
-    flags = ["-O2", "-shared", "-fPIC", "-std=c11", "-Wall", f"-I{python_include}", f"-I{include}"]
-    digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), (include / "cuda.h").read_bytes(), sys.version.encode(),
-                 " ".join(flags).encode(), cc.encode()):
-        digest.update(part)
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    directory = Path(directory) if directory is not None else cache_dir()
-    target = directory / f"{MODULE_NAME}_{digest.hexdigest()[:16]}{suffix}"
-    if target.is_file():
-        return target
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        done = subprocess.run([cc, *flags, str(SOURCE), "-o", tmp, "-ldl"], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"compiling {SOURCE} failed ({cc}, exit {done.returncode}):\n{done.stderr.strip()}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
-
-
-def load_from(path: Path):
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return compile_module_from_src(SOURCE.read_text(), MODULE_NAME, include_dirs=[str(cuda_include_dir())],
+                                   libraries=["dl"])
 
 
 def load():
@@ -127,7 +74,7 @@ def load():
     if _module is not None or _failure is not None:
         return _module
     try:
-        _module = load_from(build())
+        _module = compile_module()
     except Exception as exc:  # any failure: plans replay in Python instead, results are the same
         _failure = f"{type(exc).__name__}: {exc}"
         warnings.warn(f"kernels: the native plan launcher is unavailable, launch plans replay in Python "

@@ -1,6 +1,6 @@
 """kernels.plan_launcher: a launch plan's launches replayed by one C call.
 
-On CPU the C module is built with the machine's compiler and dry-run (``Plan.slots`` gives the
+On CPU the C module is built (Triton's C-extension helper, the machine's compiler) and dry-run (``Plan.slots`` gives the
 parameter block each launch would get): the packing of every parameter type, the skipped
 constexprs, the per-replay data pointers, the scratch slots and the plan's error messages are
 checked against values computed here. On CUDA the last test replays the real attention plans
@@ -18,8 +18,8 @@ from kernels import launch, plan_launcher
 
 
 @pytest.fixture(scope="module")
-def native(tmp_path_factory):
-    return plan_launcher.load_from(plan_launcher.build(tmp_path_factory.mktemp("native")))
+def native():
+    return plan_launcher.compile_module()
 
 
 class _Runner:
@@ -176,19 +176,13 @@ def test_a_machine_that_cannot_build_it_warns_once_and_replays_in_python(monkeyp
     def no_compiler():
         raise FileNotFoundError("no C compiler found")
 
-    monkeypatch.setattr(plan_launcher, "compiler", no_compiler)
+    monkeypatch.setattr(plan_launcher, "compile_module", no_compiler)
     with pytest.warns(RuntimeWarning, match="no C compiler found"):
         assert plan_launcher.load() is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert plan_launcher.load() is None  # said once
     assert "no C compiler found" in plan_launcher.failure()
-
-
-def test_builds_are_cached_by_content_and_written_atomically(tmp_path):
-    first = plan_launcher.build(tmp_path)
-    assert first.is_file() and plan_launcher.build(tmp_path) == first
-    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary file left behind
 
 
 class _Bound:
