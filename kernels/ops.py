@@ -735,16 +735,27 @@ class _PackedFlashFunction(torch.autograd.Function):
         q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
         if grad is None:
             grad = torch.zeros_like(out).transpose(1, 2)
-        B, H, n, d = q.shape
-        dqkv = q.new_empty((B, n, 3, H, d))
-        buffers = backward_buffers(B, H, n, d, q.device, fused_dropout_backward(ctx.args[1]))
-        trace = [] if ctx.recorder is not None else None
-        with _device_guard(q):
-            _bwd(_direct, grad.transpose(1, 2), None, q, k, v, out, lse, key_padding_mask, seed, *ctx.plans,
-                 *ctx.args, grads=unpack_qkv(dqkv), buffers=buffers, trace=trace)
-        if trace:
-            ctx.recorder.backward(trace[0], q, grad, out, lse, key_padding_mask, seed, dqkv, buffers)
+        dqkv = packed_backward(grad, q, k, v, out, lse, key_padding_mask, seed, ctx.plans, ctx.args, ctx.recorder)
         return dqkv, None, None, None, None, None, None, None, None, None
+
+
+def packed_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                    key_padding_mask: Optional[Tensor], seed: Optional[Tensor], lists: tuple, args: tuple,
+                    recorder=None) -> Tensor:
+    """The packed path's backward: dQKV (B, N, 3, H, d) from the (B, N, H, d) output gradient ``grad``,
+    with q, k, v, out (B, H, N, d) views and the forward's lse, mask and seed; ``lists``: the dK/dV and
+    dQ index lists and counts (or Nones); ``args``: (causal, dropout_p, softmax_scale, tiles). dQ, dK and
+    dV are written straight into dQKV. ``recorder`` (``kernels.packed_fast_path``) learns the plan used."""
+    B, H, n, d = q.shape
+    dqkv = q.new_empty((B, n, 3, H, d))
+    buffers = backward_buffers(B, H, n, d, q.device, fused_dropout_backward(args[1]))
+    trace = [] if recorder is not None else None
+    with _device_guard(q):
+        _bwd(_direct, grad.transpose(1, 2), None, q, k, v, out, lse, key_padding_mask, seed, *lists, *args,
+             grads=unpack_qkv(dqkv), buffers=buffers, trace=trace)
+    if trace:
+        recorder.backward(trace[0], q, grad, out, lse, key_padding_mask, seed, dqkv, buffers)
+    return dqkv
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], seed: Optional[Tensor],

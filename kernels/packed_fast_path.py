@@ -85,8 +85,9 @@ class Entry:
         plan, tensors = traced
         storages, index = set(), []
         for t in index_lists:  # one base per storage (base_mapping maps views of it by offset)
-            if t is not None and t.untyped_storage().data_ptr() not in storages:
-                storages.add(t.untyped_storage().data_ptr())
+            storage = t.untyped_storage().data_ptr() if t is not None else None
+            if storage is not None and storage not in storages:
+                storages.add(storage)
                 index.append(t)
         self.index = tuple(index)
         self.backward_lists = tuple(index_lists[2:])
@@ -97,7 +98,12 @@ class Entry:
             self.fwd = plan.rebased(tensors, _forward_bases(self, q, out, lse, key_padding_mask, seed))
 
     def backward(self, traced, q, grad, out, lse, key_padding_mask, seed, dqkv, buffers) -> None:
+        """Records a regular backward's plan for ``grad``'s layout, unless that backward took another
+        dropout-backward form than the entry's (deterministic algorithms switched between the calls),
+        or its tensors share a storage."""
         plan, tensors = traced
+        if (buffers[2] is not None) != self.fused:
+            return
         if grad.data_ptr() % 16 or not _separate(q, grad, out, lse, key_padding_mask, seed, dqkv, *buffers,
                                                  *self.index):
             return
@@ -198,12 +204,16 @@ class _FastPackedFunction(torch.autograd.Function):
         entry = ctx.entry
         if grad is None:
             grad = torch.zeros_like(out)
-        B, n, _, H, d = qkv.shape
-        dqkv = qkv.new_empty(qkv.shape)
         native = entry.bwd.get((grad.stride(), grad.dtype))
         if (native is None or grad.data_ptr() % 16 or launch._hooks_installed()
                 or ops.fused_dropout_backward(entry.args[1]) != entry.fused):
-            return _regular_backward(entry, qkv, grad, out, lse, key_padding_mask, seed, dqkv)
+            # the regular backward, which records its plan for this gradient layout
+            q, k, v = ops.unpack_qkv(qkv)
+            dqkv = ops.packed_backward(grad, q, k, v, out.transpose(1, 2), lse, key_padding_mask, seed,
+                                       entry.backward_lists, entry.args, entry)
+            return dqkv, None, None, None
+        B, n, _, H, d = qkv.shape
+        dqkv = qkv.new_empty(qkv.shape)
         buffers = ops.backward_buffers(B, H, n, d, qkv.device, entry.fused)
         native.run(launch.current_stream(),
                    _backward_bases(entry, qkv, grad, out, lse, key_padding_mask, seed, dqkv, buffers))
@@ -212,18 +222,3 @@ class _FastPackedFunction(torch.autograd.Function):
         entry.backwards += 1
         return dqkv, None, None, None
 
-
-def _regular_backward(entry: Entry, qkv, grad, out, lse, key_padding_mask, seed, dqkv):
-    """The regular packed backward (kernels.ops._bwd on views), recording its plan for this gradient
-    layout when the entry's backward form is still the current one."""
-    B, n, _, H, d = qkv.shape
-    q, k, v = ops.unpack_qkv(qkv)
-    fused = ops.fused_dropout_backward(entry.args[1])
-    buffers = ops.backward_buffers(B, H, n, d, qkv.device, fused)
-    trace = [] if fused == entry.fused else None
-    with ops._device_guard(qkv):
-        ops._bwd(ops._direct, grad.transpose(1, 2), None, q, k, v, out.transpose(1, 2), lse, key_padding_mask, seed,
-                 *entry.backward_lists, *entry.args, grads=ops.unpack_qkv(dqkv), buffers=buffers, trace=trace)
-    if trace:
-        entry.backward(trace[0], qkv, grad, out, lse, key_padding_mask, seed, dqkv, buffers)
-    return dqkv, None, None, None

@@ -198,3 +198,33 @@ def test_a_recording_call_whose_tensors_share_a_storage_records_no_plan(fast):
         out.backward(out.detach())
         assert entry.backwards == 1
     assert torch.equal(qkv.grad, aliased)
+
+
+def test_a_backward_form_switched_after_the_forward_is_neither_replayed_nor_recorded(fast, monkeypatch):
+    """torch.use_deterministic_algorithms(True) between a fast forward and its backward: the split
+    backward runs the regular way, and its plan is not filed under the entry's (fused) form."""
+    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+    qkv = _packed()
+    grad = torch.randn(2, 75, 2, 24).bfloat16()
+    with override(SMALL):
+        _run(qkv, grad, dropout_p=0.1)  # records (fused form)
+        (entry,) = fast.values()
+        bwd_plans = dict(entry.bwd)
+        qkv.grad = None
+        torch.manual_seed(7)
+        out = flash_attention_qkvpacked(qkv, dropout_p=0.1)  # fast forward
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+        try:
+            out.backward(grad)  # the split form now
+        finally:
+            torch.use_deterministic_algorithms(deterministic)
+        assert entry.forwards == 1 and entry.backwards == 0 and entry.bwd == bwd_plans
+        switched = qkv.grad.clone()
+        monkeypatch.setattr(packed_fast_path, "enabled", lambda: False)
+        torch.use_deterministic_algorithms(True)
+        try:
+            _, regular = _run(qkv, grad, dropout_p=0.1)
+        finally:
+            torch.use_deterministic_algorithms(deterministic)
+    assert torch.equal(switched, regular)
