@@ -1,10 +1,13 @@
-"""Where the time of one eager LRA training step goes (issue 8): cProfile + torch.profiler.
+"""Where the time of one LRA training step goes (issue 8): cProfile + torch.profiler.
 
 Builds the `lra bench models` model (paper size) for each attention at one N and batch, runs warm-up
 steps, then profiles 10 steps: cProfile (Python, sorted by cumulative and by own time) and
 torch.profiler (CPU + CUDA, ops sorted by self CPU time). Writes <out>/<attention>_N<n>_B<b>.txt.
 
     python scripts/h200/profile_step.py --attentions flash sdpa --seq-len 1024 --batch 32 --out prof
+
+``--compile``: the model under torch.compile (default mode), as `lra bench models --modes compiled` runs
+it; the files are then named <attention>_N<n>_B<b>_compiled.txt.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ def main() -> None:
     p.add_argument("--attention-dropout", type=float, default=0.1)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (default mode)")
     p.add_argument("--focus", nargs="+", default=["aten::fill_", "aten::zero_", "aten::copy_"],
                    help="ops whose slowest calls are listed with their callers")
     args = p.parse_args()
@@ -63,12 +67,15 @@ def main() -> None:
                             DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES, max_len=args.seq_len),
                             attention=name, attention_options={}, seed=0).to(device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if cuda else {}))
+        if args.compile:
+            torch._dynamo.reset()
+        forward = torch.compile(model) if args.compile else model
         x = torch.randint(0, VOCAB_SIZE, (args.batch, args.seq_len), device=device)
         y = torch.randint(0, NUM_CLASSES, (args.batch,), device=device)
 
         def step() -> None:
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
-                logits = model(x)
+                logits = forward(x)
             F.cross_entropy(logits.float(), y).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -86,7 +93,7 @@ def main() -> None:
             torch.cuda.synchronize()
         wall_ms = (time.perf_counter() - t0) * 1e3 / args.steps
         report = io.StringIO()
-        report.write(f"{name}: N={args.seq_len} batch={args.batch} issue {cpu_ms:.2f} ms/step, "
+        report.write(f"{name}{' compiled' if args.compile else ''}: N={args.seq_len} batch={args.batch} issue {cpu_ms:.2f} ms/step, "
                      f"wall {wall_ms:.2f} ms/step\n\n")
         prof = cProfile.Profile()
         prof.enable()
@@ -108,7 +115,7 @@ def main() -> None:
         if cuda:
             report.write(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=25))
         report.write(slowest_with_callers(tp, args.out / "trace.json", args.focus))
-        path = args.out / f"{name}_N{args.seq_len}_B{args.batch}.txt"
+        path = args.out / f"{name}_N{args.seq_len}_B{args.batch}{'_compiled' if args.compile else ''}.txt"
         path.write_text(report.getvalue())
         print(report.getvalue().splitlines()[0], "->", path)
 
