@@ -25,7 +25,7 @@ Scheduling: rows of very unequal length (BigBird's global rows visit every tile,
 launched in natural order finish last and leave the GPU idle (a load-imbalance tail). Each plan
 therefore stores each head's tile rows sorted by descending work (longest-processing-time-first,
 Graham 1969), the row itself in ``counts[h, slot, 2]``; the kernels take the heads in groups of
-``LPT_HEAD_GROUP`` with the group's heaviest rows first (see ``_program_tile`` in
+``LPT_HEAD_GROUP`` with the group's heaviest rows first (see ``_program_slot`` in
 :mod:`kernels.triton_attention`). Because the lists are stored by launch slot, not by row, a program's
 row, counts and index list are read with independent loads (one memory round trip before the first
 key tile instead of three in a chain; on the H200 this changed no timing beyond noise, session 8).

@@ -151,7 +151,7 @@ def new_output(q: Tensor) -> Tensor:
 
 def _grid(n_rows: int, bh: int, sparse: bool) -> tuple[int, ...]:
     """Dense: (tile rows, batch * heads). Block-sparse: one flat axis that the kernels map onto
-    (tile row, batch * head) in longest-processing-time-first order (``_program_tile``)."""
+    (tile row, batch * head) in longest-processing-time-first order (``_program_slot``)."""
     return (n_rows * bh,) if sparse else (n_rows, bh)
 
 
@@ -641,6 +641,9 @@ def _setup_context(ctx, inputs, output):
     ctx.dropout_p = dropout_p
     ctx.softmax_scale = softmax_scale
     ctx.tiles = tiles
+    # an lse nobody differentiates stays None (HAS_DLSE=False) instead of a zero tensor: under
+    # torch.compile the default would add a fill kernel per call and a read of it in the preprocess
+    ctx.set_materialize_grads(False)
 
 
 def _backward(flash_bwd_op, ctx, grad_out, grad_lse):

@@ -12,7 +12,7 @@ tiles of one tile row (block-sparse, ``SPARSE=True``; the list comes from
   applied (``MASKED=True``).
 
 Block-sparse programs take their tile row from the plan's launch order (heaviest rows first,
-:func:`_program_tile`); dense ones from the program id (reversed for causal query tiles).
+:func:`_program_slot`); dense ones from the program id (reversed for causal query tiles).
 
 The key-padding mask, when given (``HAS_PAD``), is applied on every key tile of the forward and
 dQ pass; the dK/dV pass needs it only once, at the end, because a padded key's dK/dV rows are
@@ -205,14 +205,19 @@ def _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M: tl.constexpr, BLOC
 
 
 # block-sparse launch: heads are scheduled in groups of this many (batch * head) pairs, all of a
-# group's heaviest tile rows first (see _program_tile)
+# group's heaviest tile rows first (see _program_slot)
 LPT_HEAD_GROUP = tl.constexpr(16)
 
 
 @triton.jit
-def _program_tile(CNT, stride_ch, stride_ct, H, n_rows, REVERSE: tl.constexpr, SPARSE: tl.constexpr):
-    """(tile row, batch * heads + head, plan slot) of this program; the tile row is a query tile,
-    or a key tile in the dK/dV pass; the plan slot addresses its counts and index list.
+def _program_slot(H, n_rows, REVERSE: tl.constexpr, SPARSE: tl.constexpr):
+    """(batch * heads + head, plan slot) of this program. Dense: the slot is the tile row (a query
+    tile, or a key tile in the dK/dV pass). Block-sparse: the slot addresses the plan's counts and
+    index list, and its tile row is ``CNT[h, slot, 2]`` — loaded by the kernel itself, not here:
+    torch.compile's mutation analysis of a user Triton kernel (``torch.library.wrap_triton``) takes a
+    pointer passed into a ``@triton.jit`` call whose result feeds a store address for one the kernel
+    writes, so a ``CNT`` argument here made Inductor copy the counts' tensor (in the dense form: q's
+    placeholder, i.e. all of QKV) before every launch and back after it (issue #8, session 16).
 
     Dense (grid ``(n_rows, B * H)``): the row is ``program_id(0)``, reversed if ``REVERSE`` (causal
     query tiles: the last see the most keys), and ``program_id(1)`` the (batch, head).
@@ -235,15 +240,13 @@ def _program_tile(CNT, stride_ch, stride_ct, H, n_rows, REVERSE: tl.constexpr, S
         within = pid - g0 * n_rows
         pid_bh = g0 + within % g_size
         slot = within // g_size
-        row = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + slot * stride_ct + 2)
     else:
         pid_bh = tl.program_id(1)
         if REVERSE:
-            row = tl.num_programs(0) - 1 - tl.program_id(0)
+            slot = tl.num_programs(0) - 1 - tl.program_id(0)
         else:
-            row = tl.program_id(0)
-        slot = row
-    return row, pid_bh, slot
+            slot = tl.program_id(0)
+    return pid_bh, slot
 
 
 @triton.jit
@@ -353,7 +356,10 @@ def flash_fwd_kernel(
     # softmax statistics and the accumulator float64)
     qk_scale = tl.cast(qk_scale, tl.float32)
     drop_scale = tl.cast(drop_scale, tl.float32)
-    pid_m, pid_bh, slot = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
+    pid_bh, slot = _program_slot(H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
+    pid_m = slot
+    if SPARSE:  # the slot's tile row, loaded here (see _program_slot)
+        pid_m = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + slot * stride_ct + 2)
     b = pid_bh // H
     h = pid_bh % H
     b64 = b.to(tl.int64)
@@ -554,7 +560,10 @@ def flash_bwd_dkdv_kernel(
     sm_scale = tl.cast(sm_scale, tl.float32)
     drop_scale = tl.cast(drop_scale, tl.float32)
     # dense: natural order (causal key tiles are not reversed)
-    pid_n, pid_bh, slot = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
+    pid_bh, slot = _program_slot(H, tl.cdiv(N_K, BLOCK_N), False, SPARSE)
+    pid_n = slot
+    if SPARSE:  # the slot's tile row, loaded here (see _program_slot)
+        pid_n = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + slot * stride_ct + 2)
     b32 = pid_bh // H
     h32 = pid_bh % H
     b64 = b32.to(tl.int64)
@@ -714,7 +723,10 @@ def flash_bwd_dq_kernel(
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
     drop_scale = tl.cast(drop_scale, tl.float32)
-    pid_m, pid_bh, slot = _program_tile(CNT, stride_ch, stride_ct, H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
+    pid_bh, slot = _program_slot(H, tl.cdiv(N_Q, BLOCK_M), IS_CAUSAL, SPARSE)
+    pid_m = slot
+    if SPARSE:  # the slot's tile row, loaded here (see _program_slot)
+        pid_m = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + slot * stride_ct + 2)
     b32 = pid_bh // H
     h32 = pid_bh % H
     b64 = b32.to(tl.int64)

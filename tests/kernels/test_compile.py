@@ -70,3 +70,30 @@ def test_custom_op_registration_passes_opcheck():
     torch.library.opcheck(torch.ops.lra_kernels.flash_fwd.default, args,
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor",
                                       "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("with_lse", [False, True])
+def test_custom_op_backward_gets_an_lse_gradient_only_when_lse_is_used(monkeypatch, with_lse):
+    """The ops' autograd (what torch.compile traces) passes no lse gradient when only the output is
+    differentiated — no zero tensor for the kernels to read (under torch.compile: no fill kernel) —
+    and the real one when the loss uses lse."""
+    from kernels import ops
+    from kernels.tiles import select
+
+    seen = []
+    bwd = ops._bwd
+    monkeypatch.setattr(ops, "_bwd", lambda launch, grad_out, grad_lse, *rest, **kw: (
+        seen.append(grad_lse), bwd(launch, grad_out, grad_lse, *rest, **kw))[1])
+    q, k, v = make_qkv(1, 2, 40, 40, 16, torch.float32, requires_grad=True)
+    tiles = select(q.device, q.dtype, 16).as_list()
+    out, lse = torch.ops.lra_kernels.flash_fwd(q, k, v, None, None, None, None, None, None, None, None, False, 0.0,
+                                               0.25, tiles)
+    loss = out.square().sum() + (lse.sum() if with_lse else 0)
+    loss.backward()
+    assert len(seen) == 1 and (seen[0] is not None) == with_lse
+    q2, k2, v2 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    logits = (q2 @ k2.transpose(-1, -2)) * 0.25
+    ref = torch.softmax(logits, -1) @ v2
+    (ref.square().sum() + (torch.logsumexp(logits, -1).sum() if with_lse else 0)).backward()
+    for x, r in ((q, q2), (k, k2), (v, v2)):
+        assert rel_err(x.grad, r.grad) < 1e-4

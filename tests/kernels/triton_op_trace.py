@@ -2,7 +2,12 @@
 
 Run with TRITON_INTERPRET=0 (the kernels must be real ``@triton.jit`` functions for ``wrap_triton``);
 the inputs are fake CUDA tensors, so nothing executes. Prints one JSON line per traced call: the
-Triton kernels the decomposed graph launches (by name) and any op left undecomposed.
+Triton kernels the decomposed graph launches (by name), the arguments of each that the functionalised
+graph copies because torch's analysis of the kernel finds them written (``clones``: Inductor copies
+such an input before the launch and, for a view, back after it), and any op left undecomposed.
+
+On a machine without a GPU no Triton driver is active, so a stand-in driver reports the H200's target
+(CUDA, sm_90) for that analysis (it only generates the kernels' TTIR; nothing is compiled to PTX).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from kernels.tiles import _GPU_16BIT
 def launched(gm) -> dict:
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
-    kernels, others = [], []
+    kernels, clones, others = [], [], []
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -31,9 +36,10 @@ def launched(gm) -> dict:
             while not hasattr(kernel, "__name__") and hasattr(kernel, "fn"):  # autotuner wrapping num_warps/stages
                 kernel = kernel.fn
             kernels.append(getattr(kernel, "__name__", type(kernel).__name__))
+            clones.append(sorted(node.kwargs.get("tensors_to_clone", [])))
         elif "lra_traced" in name:
             others.append(name)
-    return {"kernels": kernels, "undecomposed": others}
+    return {"kernels": kernels, "clones": clones, "undecomposed": others}
 
 
 def trace(fn, *args) -> dict:
@@ -52,8 +58,25 @@ def trace(fn, *args) -> dict:
     return report
 
 
+def stand_in_driver() -> None:
+    """Without an active Triton driver (no GPU), one that reports the H200's target, for torch's kernel
+    analysis (torch._higher_order_ops.triton_kernel_wrap.generate_ttir asks the active driver)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    if any(backend.driver.is_active() for backend in triton.backends.backends.values()):
+        return
+
+    class StandIn:
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    triton.runtime.driver.set_active(StandIn())
+
+
 def main() -> int:
     assert os.environ.get("TRITON_INTERPRET") == "0", "run with TRITON_INTERPRET=0"
+    stand_in_driver()
     ops.register_ops("lra_traced", "triton_op")
     op = torch.ops.lra_traced
     tiles = _GPU_16BIT[32].clamped(64).as_list()
