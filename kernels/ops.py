@@ -15,8 +15,11 @@ overrides it):
 - ``"triton_op"`` (the default where CUDA is available and Triton compiles, i.e. not under
   ``TRITON_INTERPRET=1``): registered with ``torch.library.triton_op`` and launching through
   ``torch.library.wrap_triton``. AOTAutograd decomposes the op into its Triton kernel calls, so
-  Inductor launches the kernels itself from its generated code (no custom-op dispatch, no Python
-  launcher per call) and CUDA graphs (``mode="reduce-overhead"``) capture them. The op's body is
+  Inductor launches the kernels itself from its generated code (no custom-op dispatch; with its
+  static C launcher since session 16, :func:`_let_inductor_launch_ours_statically`) and CUDA graphs
+  (``mode="reduce-overhead"``) capture them. Inductor copies an input it finds written by a kernel;
+  none is (tests/kernels/test_compile_triton_op.py checks it; see ``_program_slot`` in
+  :mod:`kernels.triton_attention` for the helper-call pattern that made it copy QKV). The op's body is
   its own fake kernel (shape arithmetic and tile selection only, no data access). On the H200
   (torch 2.11, Triton 3.6; session 7, results/models/triton_op/) the compile tests pass and the
   `paper` model's small-batch step under CUDA graphs drops from 3.09 to 2.38 ms at 1K. Session 3's
@@ -96,12 +99,14 @@ DROPOUT_BWD = _parse_dropout_bwd(os.environ.get(DROPOUT_BWD_ENV))
 def kernel_settings() -> dict:
     """The kernels' environment settings in force, for benchmark metadata: the attention-dropout
     Philox rounds and backward form (``$LRA_DROPOUT_RNG``, ``$LRA_DROPOUT_BWD``), the form
-    torch.compile sees the ops in (``$LRA_KERNELS_COMPILE_OP``) and the eager launch path
-    (``$LRA_TRITON_LAUNCH``, :func:`kernels.launch.describe`)."""
+    torch.compile sees the ops in (``$LRA_KERNELS_COMPILE_OP``) and whether Inductor launches them
+    statically (:func:`inductor_static_launch`), and the eager launch path (``$LRA_TRITON_LAUNCH``,
+    :func:`kernels.launch.describe`)."""
     from . import launch
 
     return {"dropout_philox_rounds": kern.PHILOX_ROUNDS_SETTING, "dropout_backward": DROPOUT_BWD,
-            "compile_op": COMPILE_OP, "launches": launch.describe()}
+            "compile_op": COMPILE_OP, "inductor_static_launch": inductor_static_launch(),
+            "launches": launch.describe()}
 
 
 def fused_dropout_backward(dropout_p: float) -> bool:
@@ -656,8 +661,33 @@ def _backward(flash_bwd_op, ctx, grad_out, grad_lse):
     return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None
 
 
+def _let_inductor_launch_ours_statically() -> None:
+    """Under the triton_op form Inductor launches our kernels from its generated code. Its own kernels
+    go through its static C launcher, but user kernels by default through Triton's Python launcher
+    (``torch._inductor.config.static_launch_user_defined_triton_kernels``, off by default in torch
+    2.11-2.13): measured on the H200 (session 16), those 6 launches per `paper`-model step were the
+    compiled step's dearest host work per kernel. This switches the static launch on for them; a
+    kernel it cannot serve (launch hooks, scratch memory, PDL / cooperative launch, several CTAs) falls
+    back to Triton's launcher by itself. Torch's own ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=0``
+    still turns it off."""
+    import torch._inductor.config as inductor_config
+
+    if hasattr(inductor_config, "static_launch_user_defined_triton_kernels"):
+        inductor_config.static_launch_user_defined_triton_kernels = True
+
+
+def inductor_static_launch() -> Optional[bool]:
+    """Whether Inductor launches user Triton kernels (ours, in the triton_op form) with its static
+    launcher (None: this torch has no such setting)."""
+    import torch._inductor.config as inductor_config
+
+    return getattr(inductor_config, "static_launch_user_defined_triton_kernels", None)
+
+
 COMPILE_OP = _compile_op_kind()
 flash_fwd, flash_bwd = register_ops("lra_kernels", COMPILE_OP)
+if COMPILE_OP == "triton_op":
+    _let_inductor_launch_ours_statically()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -651,7 +651,9 @@ def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
     if meta.get("kernel_env"):
         head.append("- Kernel settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(meta["kernel_env"].items())) + ".")
     if meta.get("compile_op", "custom_op") != "custom_op":
-        head.append(f"- Our kernels under torch.compile: `{meta['compile_op']}` form ($LRA_KERNELS_COMPILE_OP).")
+        static = {True: ", launched by Inductor's static launcher", False: ", launched through Triton's launcher"}
+        head.append(f"- Our kernels under torch.compile: `{meta['compile_op']}` form ($LRA_KERNELS_COMPILE_OP)"
+                    f"{static.get(meta.get('inductor_static_launch'), '')}.")
     if meta["settings"].get("options"):
         head.append("- Attention options: " + "; ".join(
             f"{a}: " + ", ".join(f"{k}={v}" for k, v in o.items()) for a, o in meta["settings"]["options"].items()))

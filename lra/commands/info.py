@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     elif ks:
         print(f"kernels    torch.compile sees them as {ks['compile_op']} ops ($LRA_KERNELS_COMPILE_OP); dropout backward "
               f"{ks['dropout_backward']} ($LRA_DROPOUT_BWD), {ks['dropout_philox_rounds']} Philox rounds ($LRA_DROPOUT_RNG)")
+        if ks.get("compile_op") == "triton_op" and ks.get("inductor_static_launch") is not None:
+            print(f"inductor   launches them {'statically' if ks['inductor_static_launch'] else 'through Triton'} "
+                  "(TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS)")
         if ks.get("launches"):
             print(f"launches   {ks['launches']} ($LRA_TRITON_LAUNCH)")
     if "registry_error" in info:

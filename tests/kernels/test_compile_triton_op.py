@@ -64,3 +64,17 @@ def test_compile_op_kind_is_chosen_once_and_overridable(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(ValueError, match="wrap_triton cannot trace"):
         ops._compile_op_kind()
+
+
+def test_inductor_is_let_launch_our_kernels_statically():
+    """The triton_op form switches on Inductor's static launch of user Triton kernels (ours) at import
+    (where this torch has the setting), and the bench metadata records the setting in force."""
+    import torch._inductor.config as inductor_config
+
+    if not hasattr(inductor_config, "static_launch_user_defined_triton_kernels"):
+        pytest.skip("this torch has no static launch of user Triton kernels")
+    with inductor_config.patch(static_launch_user_defined_triton_kernels=False):
+        assert ops.inductor_static_launch() is False
+        ops._let_inductor_launch_ours_statically()
+        assert ops.inductor_static_launch() is True
+        assert ops.kernel_settings()["inductor_static_launch"] is True
