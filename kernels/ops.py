@@ -661,6 +661,9 @@ def _backward(flash_bwd_op, ctx, grad_out, grad_lse):
     return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None
 
 
+STATIC_LAUNCH_ENV = "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
+
+
 def _let_inductor_launch_ours_statically() -> None:
     """Under the triton_op form Inductor launches our kernels from its generated code. Its own kernels
     go through its static C launcher, but user kernels by default through Triton's Python launcher
@@ -668,12 +671,17 @@ def _let_inductor_launch_ours_statically() -> None:
     2.11-2.13): measured on the H200 (session 16), those 6 launches per `paper`-model step were the
     compiled step's dearest host work per kernel. This switches the static launch on for them; a
     kernel it cannot serve (launch hooks, scratch memory, PDL / cooperative launch, several CTAs) falls
-    back to Triton's launcher by itself. Torch's own ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=0``
-    still turns it off."""
+    back to Triton's launcher by itself. The choice is made where the kernel is compiled, which is
+    mostly in Inductor's compile worker processes, and those get only a few settings from this
+    process's config -- so it goes through torch's own environment variable, which they inherit
+    (``$TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS``; set to 0 by the user, it stays off)."""
     import torch._inductor.config as inductor_config
 
-    if hasattr(inductor_config, "static_launch_user_defined_triton_kernels"):
-        inductor_config.static_launch_user_defined_triton_kernels = True
+    if not hasattr(inductor_config, "static_launch_user_defined_triton_kernels"):
+        return
+    if STATIC_LAUNCH_ENV not in os.environ:
+        os.environ[STATIC_LAUNCH_ENV] = "1"  # the compile workers, started later, read it at import
+        inductor_config.static_launch_user_defined_triton_kernels = True  # this process's config is read already
 
 
 def inductor_static_launch() -> Optional[bool]:

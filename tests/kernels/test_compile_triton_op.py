@@ -66,15 +66,22 @@ def test_compile_op_kind_is_chosen_once_and_overridable(monkeypatch):
         ops._compile_op_kind()
 
 
-def test_inductor_is_let_launch_our_kernels_statically():
+def test_inductor_is_let_launch_our_kernels_statically(monkeypatch):
     """The triton_op form switches on Inductor's static launch of user Triton kernels (ours) at import
-    (where this torch has the setting), and the bench metadata records the setting in force."""
+    (where this torch has the setting) -- in this process's config and, for Inductor's compile worker
+    processes, through torch's environment variable; a user's own value of that variable is kept. The
+    bench metadata records the setting in force."""
     import torch._inductor.config as inductor_config
 
     if not hasattr(inductor_config, "static_launch_user_defined_triton_kernels"):
         pytest.skip("this torch has no static launch of user Triton kernels")
+    monkeypatch.delenv(ops.STATIC_LAUNCH_ENV, raising=False)
     with inductor_config.patch(static_launch_user_defined_triton_kernels=False):
         assert ops.inductor_static_launch() is False
         ops._let_inductor_launch_ours_statically()
-        assert ops.inductor_static_launch() is True
+        assert ops.inductor_static_launch() is True and os.environ[ops.STATIC_LAUNCH_ENV] == "1"
         assert ops.kernel_settings()["inductor_static_launch"] is True
+    monkeypatch.setenv(ops.STATIC_LAUNCH_ENV, "0")  # the user's choice
+    with inductor_config.patch(static_launch_user_defined_triton_kernels=False):
+        ops._let_inductor_launch_ours_statically()
+        assert ops.inductor_static_launch() is False and os.environ[ops.STATIC_LAUNCH_ENV] == "0"
