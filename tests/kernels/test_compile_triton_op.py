@@ -75,7 +75,8 @@ def test_inductor_is_let_launch_our_kernels_statically(monkeypatch):
 
     if not hasattr(inductor_config, "static_launch_user_defined_triton_kernels"):
         pytest.skip("this torch has no static launch of user Triton kernels")
-    monkeypatch.delenv(ops.STATIC_LAUNCH_ENV, raising=False)
+    monkeypatch.setenv(ops.STATIC_LAUNCH_ENV, "")  # recorded, so that the test's own setting is undone
+    monkeypatch.delenv(ops.STATIC_LAUNCH_ENV)
     with inductor_config.patch(static_launch_user_defined_triton_kernels=False):
         assert ops.inductor_static_launch() is False
         ops._let_inductor_launch_ours_statically()
