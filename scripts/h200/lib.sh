@@ -131,6 +131,36 @@ pack() {
 
 # cuda_tests SECONDS PYTEST_ARGS...: pytest on this machine's GPU (quiet, no cache dir), its log in
 # $WORK/pytest.log; then one line: the exit status and pytest's summary
+# bench_cell NAME RESERVE ARGS...: one `lra bench models` run (interleaved attentions, 10 warm-up steps,
+# resumable) with ARGS, until RESERVE seconds before DEADLINE; CSV, Markdown and log as $WORK/NAME.*;
+# prints its ms/step lines. Environment set before the call reaches the run.
+bench_cell() {
+  local name=$1 reserve=$2; shift 2
+  timeout -k 5 "$(left "$reserve")" python3 -m lra bench models --interleave --warmup 10 --resume "$@" \
+      --out "$WORK/$name.csv" > "$WORK/$name.log" 2>&1
+  grep -h "ms/step" "$WORK/$name.log"
+}
+
+# compile_checks SECONDS: the torch.compile tests on CUDA (log $WORK/pytest.log), then how our kernels run
+# under torch.compile and eagerly (`lra info`'s kernels / inductor / launches lines)
+compile_checks() {
+  cuda_tests "$1" -n 8 tests/kernels/test_compile.py tests/kernels/test_gpu_compile.py tests/lra/test_model_compile.py \
+      tests/kernels/test_compile_triton_op.py
+  python3 -m lra info 2>&1 | grep -E "^(kernels|inductor|launches)"
+}
+
+# compiled_profile SECONDS ATTENTION...: scripts/h200/profile_step.py --compile of the small batch's 1K
+# step (32 x 1K) per attention into $WORK/profiles; prints the step times and how many of Inductor's
+# launches went through its static launcher (static_triton_launcher ... run) of all (triton_heuristics ... run)
+compiled_profile() {
+  local s=$1; shift
+  say "compiled step profile, small batch 1K: $*"
+  mkdir -p "$WORK/profiles"
+  timeout -k 5 "$s" python3 scripts/h200/profile_step.py --compile --attentions "$@" --seq-len 1024 --batch 32 \
+      --out "$WORK/profiles" | grep "ms/step"
+  grep -HE "triton_heuristics.py:[0-9]+\(run\)|static_triton_launcher.py:[0-9]+\(run\)" "$WORK"/profiles/*_compiled.txt
+}
+
 cuda_tests() {
   local s=$1; shift
   say "tests on CUDA"

@@ -8,9 +8,9 @@
 #   3. small batch, compiled, 1K / 4K / 16K; paper batch, compiled, 1K; small batch, eager, 1K / 4K
 #      (flash, sdpa, flash_sparse, interleaved).
 # Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=560 bash scripts/h200/session16_compiled_check.sh
+# (Rewritten with lib.sh's bench_cell / compile_checks / compiled_profile at the end of session 16; same runs as the call.)
 RECIPE=session16_compiled_check
 source "$(dirname "$0")/lib.sh"
-MB=(python3 -m lra bench models --interleave --warmup 10 --resume)
 ATT=(flash sdpa flash_sparse)
 
 lane() {
@@ -23,17 +23,12 @@ lane() {
       --seq-len 1024 --batch 32 --out "$WORK/profiles" 2> "$WORK/profiles/output_code.log" | grep "ms/step"
   say "QKV-sized copies left in Inductor's code: $(grep -c 'empty_strided_cuda((6291328' "$WORK/profiles/output_code.log")"
   say "small batch, compiled"
-  timeout -k 5 "$(left 200)" "${MB[@]}" --steps 100 --rounds 10 --regimes small --modes compiled --seq-lens 1024 4096 16384 \
-      --attentions "${ATT[@]}" --out "$WORK/small_compiled.csv" > "$WORK/small_compiled.log" 2>&1
-  grep -h "ms/step" "$WORK/small_compiled.log"
+  bench_cell small_compiled 200 --steps 100 --rounds 10 --regimes small --modes compiled --seq-lens 1024 4096 16384 \
+      --attentions "${ATT[@]}"
   say "paper batch, compiled, 1K"
-  timeout -k 5 "$(left 90)" "${MB[@]}" --steps 40 --rounds 4 --regimes paper --modes compiled --seq-lens 1024 \
-      --attentions "${ATT[@]}" --out "$WORK/paper_compiled.csv" > "$WORK/paper_compiled.log" 2>&1
-  grep -h "ms/step" "$WORK/paper_compiled.log"
+  bench_cell paper_compiled 90 --steps 40 --rounds 4 --regimes paper --modes compiled --seq-lens 1024 --attentions "${ATT[@]}"
   say "small batch, eager"
-  timeout -k 5 "$(left 10)" "${MB[@]}" --steps 100 --rounds 10 --regimes small --modes eager --seq-lens 1024 4096 \
-      --attentions "${ATT[@]}" --out "$WORK/small_eager.csv" > "$WORK/small_eager.log" 2>&1
-  grep -h "ms/step" "$WORK/small_eager.log"
+  bench_cell small_eager 10 --steps 100 --rounds 10 --regimes small --modes eager --seq-lens 1024 4096 --attentions "${ATT[@]}"
   say "done"
 }
 

@@ -7,9 +7,10 @@
 #   3. the small batch compiled at 1K / 4K, flash vs sdpa, interleaved, with the kernels seen by
 #      torch.compile as triton_op (the default) and as custom_op ($LRA_KERNELS_COMPILE_OP).
 # Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=560 bash scripts/h200/session16_compiled_probe.sh
+# (Rewritten with lib.sh's bench_cell / compile_checks / compiled_profile at the end of session 16; same runs as the call.)
 RECIPE=session16_compiled_probe
 source "$(dirname "$0")/lib.sh"
-MB=(python3 -m lra bench models --interleave --warmup 10 --steps 100 --rounds 10 --regimes small --modes compiled)
+SMALL_COMPILED=(--steps 100 --rounds 10 --regimes small --modes compiled --seq-lens 1024 4096 --attentions flash sdpa)
 
 lane() {
   cuda_tests 100 -n 8 tests/kernels/test_launch.py tests/kernels/test_launch_plans.py tests/kernels/test_plan_launcher.py \
@@ -20,13 +21,9 @@ lane() {
   TORCH_LOGS=output_code timeout -k 5 "$(left 380)" python3 scripts/h200/profile_step.py --compile --attentions flash sdpa \
       --seq-len 1024 --batch 32 --out "$WORK/profiles" 2> "$WORK/profiles/output_code.log" | grep "ms/step"
   say "small batch, compiled, triton_op"
-  timeout -k 5 "$(left 200)" "${MB[@]}" --seq-lens 1024 4096 --attentions flash sdpa \
-      --out "$WORK/small_compiled_triton_op.csv" > "$WORK/small_compiled_triton_op.log" 2>&1
-  grep -h "ms/step" "$WORK/small_compiled_triton_op.log"
+  bench_cell small_compiled_triton_op 200 "${SMALL_COMPILED[@]}"
   say "small batch, compiled, custom_op"
-  LRA_KERNELS_COMPILE_OP=custom_op timeout -k 5 "$(left 10)" "${MB[@]}" --seq-lens 1024 4096 --attentions flash sdpa \
-      --out "$WORK/small_compiled_custom_op.csv" > "$WORK/small_compiled_custom_op.log" 2>&1
-  grep -h "ms/step" "$WORK/small_compiled_custom_op.log"
+  LRA_KERNELS_COMPILE_OP=custom_op bench_cell small_compiled_custom_op 10 "${SMALL_COMPILED[@]}"
   say "done"
 }
 

@@ -8,34 +8,22 @@
 #      (A) and without (B, the torch default) -- the ratio to sdpa inside each run;
 #   4. paper batch, compiled, 1K (A).
 # Usage (device): OUT=$OUT LRA_GIT_REV=<rev> DEADLINE=560 bash scripts/h200/session16_static_launch.sh
+# (Rewritten with lib.sh's bench_cell / compile_checks / compiled_profile at the end of session 16; same runs as the call.)
 RECIPE=session16_static_launch
 source "$(dirname "$0")/lib.sh"
-MB=(python3 -m lra bench models --interleave --warmup 10 --resume --modes compiled)
+SMALL_COMPILED=(--steps 100 --rounds 10 --regimes small --modes compiled --seq-lens 1024 4096)
 ATT=(flash sdpa flash_sparse)
 
 lane() {
-  cuda_tests 100 -n 8 tests/kernels/test_compile.py tests/kernels/test_gpu_compile.py tests/lra/test_model_compile.py \
-      tests/kernels/test_compile_triton_op.py
-  python3 -m lra info 2>&1 | grep -E "^(kernels|inductor|launches)"
-  say "compiled step profile, small batch 1K, flash"
-  mkdir -p "$WORK/profiles"
-  timeout -k 5 "$(left 430)" python3 scripts/h200/profile_step.py --compile --attentions flash \
-      --seq-len 1024 --batch 32 --out "$WORK/profiles" | grep "ms/step"
-  grep -E "triton_heuristics.py:[0-9]+\(run\)|static_triton_launcher.py:[0-9]+\(run\)" \
-      "$WORK/profiles/flash_N1024_B32_compiled.txt" | head -2
+  compile_checks 100
+  compiled_profile "$(left 430)" flash
   say "small batch, compiled, static launch (A)"
-  timeout -k 5 "$(left 250)" "${MB[@]}" --steps 100 --rounds 10 --regimes small --seq-lens 1024 4096 \
-      --attentions "${ATT[@]}" --out "$WORK/small_compiled_static.csv" > "$WORK/small_compiled_static.log" 2>&1
-  grep -h "ms/step" "$WORK/small_compiled_static.log"
+  bench_cell small_compiled_static 250 "${SMALL_COMPILED[@]}" --attentions "${ATT[@]}"
   say "small batch, compiled, Triton's launcher (B)"
-  TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=0 timeout -k 5 "$(left 90)" "${MB[@]}" --steps 100 --rounds 10 \
-      --regimes small --seq-lens 1024 4096 --attentions "${ATT[@]}" --out "$WORK/small_compiled_triton_launcher.csv" \
-      > "$WORK/small_compiled_triton_launcher.log" 2>&1
-  grep -h "ms/step" "$WORK/small_compiled_triton_launcher.log"
+  TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=0 bench_cell small_compiled_triton_launcher 90 \
+      "${SMALL_COMPILED[@]}" --attentions "${ATT[@]}"
   say "paper batch, compiled, 1K (A)"
-  timeout -k 5 "$(left 10)" "${MB[@]}" --steps 40 --rounds 4 --regimes paper --seq-lens 1024 \
-      --attentions "${ATT[@]}" --out "$WORK/paper_compiled.csv" > "$WORK/paper_compiled.log" 2>&1
-  grep -h "ms/step" "$WORK/paper_compiled.log"
+  bench_cell paper_compiled 10 --steps 40 --rounds 4 --regimes paper --modes compiled --seq-lens 1024 --attentions "${ATT[@]}"
   say "done"
 }
 
