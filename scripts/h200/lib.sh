@@ -149,16 +149,22 @@ compile_checks() {
   python3 -m lra info 2>&1 | grep -E "^(kernels|inductor|launches)"
 }
 
-# compiled_profile SECONDS ATTENTION...: scripts/h200/profile_step.py --compile of the small batch's 1K
-# step (32 x 1K) per attention into $WORK/profiles; prints the step times and how many of Inductor's
-# launches went through its static launcher (static_triton_launcher ... run) of all (triton_heuristics ... run)
+# compiled_profile SECONDS ATTENTION...: scripts/h200/profile_step.py --compile of the small batch's step
+# (32K tokens: 32 x 1K unless PROFILE_N / PROFILE_BATCH say otherwise) per attention into $WORK/profiles;
+# prints each step's issue / wall / GPU-busy times, the kernels Inductor did not launch statically, and
+# how many of Inductor's launches went through its static launcher (static_triton_launcher ... run) of
+# all (triton_heuristics ... run). Its stderr (e.g. TORCH_LOGS=output_code's log) goes to
+# $WORK/profiles/stderr_N<n>_B<b>.log.
 compiled_profile() {
   local s=$1; shift
-  say "compiled step profile, small batch 1K: $*"
+  local n=${PROFILE_N:-1024} b=${PROFILE_BATCH:-32}
+  say "compiled step profile, N=$n batch $b: $*"
   mkdir -p "$WORK/profiles"
-  timeout -k 5 "$s" python3 scripts/h200/profile_step.py --compile --attentions "$@" --seq-len 1024 --batch 32 \
-      --out "$WORK/profiles" | grep "ms/step"
-  grep -HE "triton_heuristics.py:[0-9]+\(run\)|static_triton_launcher.py:[0-9]+\(run\)" "$WORK"/profiles/*_compiled.txt
+  timeout -k 5 "$s" python3 scripts/h200/profile_step.py --compile --attentions "$@" --seq-len "$n" --batch "$b" \
+      --out "$WORK/profiles" 2> "$WORK/profiles/stderr_N${n}_B${b}.log" | grep "ms/step"
+  grep -H -A3 "without its static launcher" "$WORK"/profiles/*_N"${n}"_B"${b}"_compiled.txt
+  grep -HE "triton_heuristics.py:[0-9]+\(run\)|static_triton_launcher.py:[0-9]+\(run\)" \
+      "$WORK"/profiles/*_N"${n}"_B"${b}"_compiled.txt
 }
 
 cuda_tests() {

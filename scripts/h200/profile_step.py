@@ -7,13 +7,19 @@ torch.profiler (CPU + CUDA, ops sorted by self CPU time). Writes <out>/<attentio
     python scripts/h200/profile_step.py --attentions flash sdpa --seq-len 1024 --batch 32 --out prof
 
 ``--compile``: the model under torch.compile (default mode), as `lra bench models --modes compiled` runs
-it; the files are then named <attention>_N<n>_B<b>_compiled.txt.
+it; the files are then named <attention>_N<n>_B<b>_compiled.txt. Each compiled report also lists every
+kernel Inductor chose *not* to launch through its static launcher, with the reason it logged (compiles
+then run in this process, so that the log reaches us).
+
+Each report's first line: the CPU time to issue a step, the wall time of a step and the GPU busy time
+(sum of the kernels' durations in torch.profiler, per step): wall well above GPU busy = host-bound.
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
 import io
+import logging
 import pstats
 import time
 from pathlib import Path
@@ -46,6 +52,40 @@ def slowest_with_callers(tp, trace_path: Path, focus: list[str], top: int = 8) -
     return "\n".join(lines) + "\n"
 
 
+class BypassedStaticLaunch(logging.Handler):
+    """Collects Inductor's "Bypassing StaticallyLaunchedCudaKernel due to ..." log lines."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "StaticallyLaunched" in message:
+            self.reasons.append(message)
+
+
+def watch_static_launch() -> BypassedStaticLaunch:
+    """Compile in this process (workers' logs do not reach us) and collect Inductor's static-launch bypasses."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = 1
+    handler = BypassedStaticLaunch()
+    logger = logging.getLogger("torch._inductor.runtime.triton_heuristics")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    return handler
+
+
+def gpu_busy_ms(tp, steps: int) -> float:
+    """Sum of the kernels' durations torch.profiler recorded, per step (device events only: a CPU op's
+    device time repeats the time of the kernels it launched)."""
+    from torch.autograd import DeviceType
+
+    total_us = sum(e.self_device_time_total for e in tp.key_averages() if e.device_type == DeviceType.CUDA)
+    return total_us / 1e3 / steps
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--attentions", nargs="+", default=["flash", "sdpa"])
@@ -61,6 +101,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cuda = device.type == "cuda"
+    bypassed = watch_static_launch() if args.compile else None
     for name in args.attentions:
         torch.manual_seed(0)
         model = build_model(paper_model_config(args.attention_dropout),
@@ -69,6 +110,7 @@ def main() -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if cuda else {}))
         if args.compile:
             torch._dynamo.reset()
+            bypassed.reasons.clear()
         forward = torch.compile(model) if args.compile else model
         x = torch.randint(0, VOCAB_SIZE, (args.batch, args.seq_len), device=device)
         y = torch.randint(0, NUM_CLASSES, (args.batch,), device=device)
@@ -92,9 +134,6 @@ def main() -> None:
         if cuda:
             torch.cuda.synchronize()
         wall_ms = (time.perf_counter() - t0) * 1e3 / args.steps
-        report = io.StringIO()
-        report.write(f"{name}{' compiled' if args.compile else ''}: N={args.seq_len} batch={args.batch} issue {cpu_ms:.2f} ms/step, "
-                     f"wall {wall_ms:.2f} ms/step\n\n")
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(args.steps):
@@ -102,8 +141,9 @@ def main() -> None:
         prof.disable()
         if cuda:
             torch.cuda.synchronize()
+        stats_text = io.StringIO()
         for key in ("cumulative", "tottime"):
-            stats = pstats.Stats(prof, stream=report)
+            stats = pstats.Stats(prof, stream=stats_text)
             stats.sort_stats(key).print_stats(35)
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         with torch.profiler.profile(activities=activities, with_stack=True) as tp:
@@ -111,6 +151,15 @@ def main() -> None:
                 step()
             if cuda:
                 torch.cuda.synchronize()
+        gpu = f", GPU busy {gpu_busy_ms(tp, 3):.2f} ms/step" if cuda else ""
+        report = io.StringIO()
+        report.write(f"{name}{' compiled' if args.compile else ''}: N={args.seq_len} batch={args.batch} issue {cpu_ms:.2f} ms/step, "
+                     f"wall {wall_ms:.2f} ms/step{gpu}\n\n")
+        if bypassed is not None:
+            report.write(f"kernels Inductor launches without its static launcher: {len(bypassed.reasons)}\n")
+            report.writelines(f"  {reason}\n" for reason in bypassed.reasons)
+            report.write("\n")
+        report.write(stats_text.getvalue())
         report.write(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
         if cuda:
             report.write(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=25))
