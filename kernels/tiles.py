@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from typing import Iterator
 
 import torch
@@ -58,8 +57,15 @@ class PassTiles:
         if self.loads not in LOADS_NAMES:
             raise ValueError(f"PassTiles.loads must be one of {sorted(LOADS_NAMES)}, got {self.loads}")
 
+    def fits(self, block_size: int) -> bool:
+        """Whether both tile sides divide into ``block_size`` as they are (no clamping needed)."""
+        return self.block_m <= block_size and self.block_n <= block_size
+
     def clamped(self, block_size: int) -> "PassTiles":
-        return dataclasses.replace(self, block_m=min(self.block_m, block_size), block_n=min(self.block_n, block_size))
+        if self.fits(block_size):
+            return self
+        return PassTiles(min(self.block_m, block_size), min(self.block_n, block_size), self.num_warps,
+                         self.num_stages, self.loads)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,10 +90,15 @@ class Tiles:
         w = len(v) // 3
         return Tiles(*(PassTiles(*v[i * w:(i + 1) * w]) for i in range(3)))
 
-    # cached: block-sparse calls select (and clamp) their tiles on every call, and rebuilding three
-    # frozen dataclasses cost ~20 us of each call's host time
-    @functools.lru_cache(maxsize=256)
     def clamped(self, block_size: int) -> "Tiles":
+        """These tiles with every side at most ``block_size``. Block-sparse calls clamp on every call,
+        so the usual case (the tiles fit: 128-token blocks) returns ``self`` with no objects built --
+        eagerly that is cheaper than the functools cache it replaces (rebuilding three frozen
+        dataclasses cost ~20 us per call), and under torch.compile it leaves Dynamo nothing to trace
+        but six comparisons (tracing dataclasses.replace added 14 Python guards evaluated at every
+        compiled call; session 17)."""
+        if self.fwd.fits(block_size) and self.dkdv.fits(block_size) and self.dq.fits(block_size):
+            return self
         return Tiles(self.fwd.clamped(block_size), self.dkdv.clamped(block_size), self.dq.clamped(block_size))
 
 

@@ -217,3 +217,19 @@ def test_combine_rejects_files_of_different_kernels(tmp_path, capsys):
     assert tuning.main(["--combine", one, other_dim, "--out", str(tmp_path / "c.json")]) == 2
     with pytest.raises(SystemExit):
         tuning.main(["--combine", one])                           # no --out
+
+
+def test_clamping_to_a_block_size():
+    """Tiles that fit a block are returned as they are (no objects built on a block-sparse call's path);
+    a side larger than the block is cut to it, every other setting kept."""
+    fwd = tiles.PassTiles(128, 64, 8, 3, tiles.LOADS_POINTERS)
+    dkdv = tiles.PassTiles(64, 128, 4, 2, tiles.LOADS_POINTERS)
+    dq = tiles.PassTiles(128, 32, 4, 3, tiles.LOADS_POINTERS)
+    t = tiles.Tiles(fwd, dkdv, dq)
+    assert t.clamped(128) is t and t.clamped(256) is t and fwd.clamped(128) is fwd
+    small = t.clamped(64)
+    assert small == tiles.Tiles(tiles.PassTiles(64, 64, 8, 3, tiles.LOADS_POINTERS),
+                                tiles.PassTiles(64, 64, 4, 2, tiles.LOADS_POINTERS),
+                                tiles.PassTiles(64, 32, 4, 3, tiles.LOADS_POINTERS))
+    assert small.dkdv.clamped(64) is small.dkdv
+    assert t.clamped(16).as_list() == [16, 16, 8, 3, 0, 16, 16, 4, 2, 0, 16, 16, 4, 3, 0]

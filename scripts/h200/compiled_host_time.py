@@ -1,0 +1,117 @@
+"""Host (CPU) time of one compiled LRA training step per attention (issue #8: block-sparse vs dense at
+the host-bound small batch).
+
+At the small batch (32K tokens) the compiled `paper` model's step is bound by the host: the GPU is
+busy 1-2 ms of a 5-7 ms step (session 17, scripts/h200/profile_step.py), so which attention is fastest
+there is decided by the host time of the step, and step times of one code path drift by tens of
+percent between runs. This script measures that host time directly: the model on a batch of one
+sequence (GPU work far below the host's), compiled, timed in rotating rounds so that the drift falls
+on every attention alike; each round runs --iters steps of one attention and records the mean
+wall time per step (at batch 1 the GPU's work is a fraction of the host's, so the wall time is the
+host's). Then the same with Dynamo's guard evaluation skipped
+(`torch.compiler.set_stance(skip_guard_eval_unsafe=True)`: safe here, nothing changes between calls),
+to show the guards' share.
+
+    PYTHONPATH=. python3 scripts/h200/compiled_host_time.py --seq-len 4096 --out $OUT/host_time.md
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lra.bench.models import NUM_CLASSES, VOCAB_SIZE, paper_model_config
+from lra.model import DataSpec, build_model
+
+
+def make_step(name: str, seq_len: int, batch: int, mode: str):
+    torch.manual_seed(0)
+    model = build_model(paper_model_config(0.1), DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
+                                                          max_len=seq_len),
+                        attention=name, attention_options={}, seed=0).cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    forward = torch.compile(model, mode=None if mode == "default" else mode)
+    x = torch.randint(0, VOCAB_SIZE, (batch, seq_len), device="cuda")
+    y = torch.randint(0, NUM_CLASSES, (batch,), device="cuda")
+
+    def step() -> None:
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            logits = forward(x)
+        F.cross_entropy(logits.float(), y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def guards_skipped():
+    try:
+        return torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
+    except (TypeError, AttributeError):  # a torch without the option
+        return None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--attentions", nargs="+", default=["flash", "flash_sparse", "sdpa"])
+    p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--mode", default="default", help="torch.compile mode (reduce-overhead: CUDA graphs)")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    steps = {}
+    for name in args.attentions:
+        steps[name] = make_step(name, args.seq_len, args.batch, args.mode)
+        for _ in range(args.warmup):
+            steps[name]()
+    torch.cuda.synchronize()
+    results: dict[tuple[str, bool], list[float]] = {}
+    for skip in (False, True):
+        stance = guards_skipped() if skip else contextlib.nullcontext()
+        if stance is None:
+            continue
+        with stance:
+            names = list(steps)
+            for r in range(args.rounds):
+                shift = r % len(names)
+                for name in names[shift:] + names[:shift]:
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(args.iters):
+                        steps[name]()
+                    torch.cuda.synchronize()
+                    results.setdefault((name, skip), []).append((time.perf_counter() - t0) * 1e6 / args.iters)
+    dev = torch.cuda.get_device_name()
+    lines = [f"# Host time of one compiled training step (`paper` model, N={args.seq_len}, batch {args.batch}, "
+             f"torch.compile mode={args.mode})", "",
+             f"{dev}; torch {torch.__version__}; {args.rounds} rotating rounds of {args.iters} steps per attention; "
+             "median over rounds (p10-p90 in brackets), microseconds per step", "",
+             "| attention | host µs/step | guards skipped | guards' share |",
+             "| --- | --- | --- | --- |"]
+    for name in steps:
+        def cell(skip: bool) -> str:
+            v = results.get((name, skip))
+            if not v:
+                return "n/a"
+            q = statistics.quantiles(v, n=10)
+            return f"{statistics.median(v):.0f} [{q[0]:.0f}-{q[-1]:.0f}]"
+        on, off = results.get((name, False)), results.get((name, True))
+        share = f"{statistics.median(on) - statistics.median(off):.0f}" if on and off else "n/a"
+        lines.append(f"| {name} | {cell(False)} | {cell(True)} | {share} |")
+    text = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
