@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device call (issue #8), session 17, third: the host time of block-sparse vs dense in the compiled step
-# after 7e0f... (Tiles.clamped returns its tiles unchanged when they fit the block, so Dynamo no longer
+# after d212217 (Tiles.clamped returns its tiles unchanged when they fit the block, so Dynamo no longer
 # traces dataclasses.replace on the block-sparse path: 10 fewer Python guards per compiled call). One GPU:
 #   1. the block-sparse, tiles and compile tests on CUDA;
 #   2. scripts/h200/compiled_host_time.py: host time per compiled step at batch 1, 1K and 4K, default
