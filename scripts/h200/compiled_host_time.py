@@ -90,11 +90,15 @@ def main() -> None:
                         steps[name]()
                     torch.cuda.synchronize()
                     results.setdefault((name, skip), []).append((time.perf_counter() - t0) * 1e6 / args.iters)
+    from lra import provenance
+
+    meta = provenance.collect()
     dev = torch.cuda.get_device_name()
     lines = [f"# Host time of one compiled training step (`paper` model, N={args.seq_len}, batch {args.batch}, "
              f"torch.compile mode={args.mode})", "",
              f"{dev}; torch {torch.__version__}; {args.rounds} rotating rounds of {args.iters} steps per attention; "
              "median over rounds (p10-p90 in brackets), microseconds per step", "",
+             f"Command: `{meta['command']}`; git {meta['git_rev']}; {meta['date']}; versions: {meta['versions']}", "",
              "| attention | host µs/step | guards skipped | guards' share |",
              "| --- | --- | --- | --- |"]
     for name in steps:
