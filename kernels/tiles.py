@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from typing import Iterator
 
 import torch
@@ -58,7 +59,7 @@ class PassTiles:
             raise ValueError(f"PassTiles.loads must be one of {sorted(LOADS_NAMES)}, got {self.loads}")
 
     def fits(self, block_size: int) -> bool:
-        """Whether both tile sides divide into ``block_size`` as they are (no clamping needed)."""
+        """Whether both tile sides are at most ``block_size`` (both powers of two: such a tile divides a block)."""
         return self.block_m <= block_size and self.block_n <= block_size
 
     def clamped(self, block_size: int) -> "PassTiles":
@@ -91,15 +92,19 @@ class Tiles:
         return Tiles(*(PassTiles(*v[i * w:(i + 1) * w]) for i in range(3)))
 
     def clamped(self, block_size: int) -> "Tiles":
-        """These tiles with every side at most ``block_size``. Block-sparse calls clamp on every call,
-        so the usual case (the tiles fit: 128-token blocks) returns ``self`` with no objects built --
-        eagerly that is cheaper than the functools cache it replaces (rebuilding three frozen
-        dataclasses cost ~20 us per call), and under torch.compile it leaves Dynamo nothing to trace
-        but six comparisons (tracing dataclasses.replace added 14 Python guards evaluated at every
-        compiled call; session 17)."""
+        """These tiles with every side at most ``block_size``. Block-sparse calls clamp on every call, so
+        the usual case (the tiles fit: 128-token blocks) returns ``self`` after six comparisons: under
+        torch.compile that is all Dynamo traces (tracing the dataclass rebuild added 10 Python guards,
+        evaluated at every compiled call; session 17). Tiles that do need clamping come from a cache
+        (rebuilding three frozen dataclasses cost ~20 us of each call's host time)."""
         if self.fwd.fits(block_size) and self.dkdv.fits(block_size) and self.dq.fits(block_size):
             return self
-        return Tiles(self.fwd.clamped(block_size), self.dkdv.clamped(block_size), self.dq.clamped(block_size))
+        return _clamped(self, block_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _clamped(tiles: Tiles, block_size: int) -> Tiles:
+    return Tiles(tiles.fwd.clamped(block_size), tiles.dkdv.clamped(block_size), tiles.dq.clamped(block_size))
 
 
 def padded_head_dim(head_dim: int) -> int:

@@ -233,3 +233,4 @@ def test_clamping_to_a_block_size():
                                 tiles.PassTiles(64, 32, 4, 3, tiles.LOADS_POINTERS))
     assert small.dkdv.clamped(64) is small.dkdv
     assert t.clamped(16).as_list() == [16, 16, 8, 3, 0, 16, 16, 4, 2, 0, 16, 16, 4, 3, 0]
+    assert t.clamped(64) is small  # cached: a block-sparse call clamps on every call
