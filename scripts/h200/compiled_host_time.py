@@ -39,7 +39,7 @@ def make_step(name: str, seq_len: int, batch: int, mode: str):
                                                           max_len=seq_len),
                         attention=name, attention_options={}, seed=0).cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    forward = torch.compile(model, mode=None if mode == "default" else mode)
+    forward = model if mode == "eager" else torch.compile(model, mode=None if mode == "default" else mode)
     x = torch.randint(0, VOCAB_SIZE, (batch, seq_len), device="cuda")
     y = torch.randint(0, NUM_CLASSES, (batch,), device="cuda")
 
@@ -78,7 +78,8 @@ def main() -> None:
     p.add_argument("--attentions", nargs="+", default=["flash", "flash_sparse", "sdpa"])
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--mode", default="default", help="torch.compile mode (reduce-overhead: CUDA graphs)")
+    p.add_argument("--mode", default="default",
+                   help="torch.compile mode (reduce-overhead: CUDA graphs), or eager (no torch.compile)")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
@@ -92,7 +93,7 @@ def main() -> None:
     torch.cuda.synchronize()
     results: dict[tuple[str, bool], list[float]] = {}
     for skip in (False, True):
-        stance = guards_skipped() if skip else contextlib.nullcontext()
+        stance = (None if args.mode == "eager" else guards_skipped()) if skip else contextlib.nullcontext()
         if stance is None:
             continue
         with stance:
