@@ -111,8 +111,8 @@ def main() -> None:
 
     meta = provenance.collect()
     dev = torch.cuda.get_device_name()
-    lines = [f"# Host time of one compiled training step (`paper` model, N={args.seq_len}, batch {args.batch}, "
-             f"torch.compile mode={args.mode})", "",
+    how = "eager" if args.mode == "eager" else f"torch.compile mode={args.mode}"
+    lines = [f"# Wall time of one training step (`paper` model, N={args.seq_len}, batch {args.batch}, {how})", "",
              f"{dev}; torch {torch.__version__}; {args.rounds} rotating rounds of {args.iters} steps per attention; "
              "median over rounds (p10-p90 in brackets), microseconds per step", "",
              f"Command: `{meta['command']}`; git {meta['git_rev']}; {meta['date']}; versions: {meta['versions']}", "",
