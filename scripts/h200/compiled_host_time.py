@@ -1,5 +1,7 @@
 """Host (CPU) time of one compiled LRA training step per attention (issue #8: block-sparse vs dense at
-the host-bound small batch).
+the host-bound small batch). The step is `lra bench models`' (lra.bench.models.Workload); sdpa is pinned
+to cuDNN as there (session 17's calls 3-6 ran an earlier version that left sdpa on PyTorch's default
+back-end choice).
 
 At the small batch (32K tokens) the compiled `paper` model's step is bound by the host: the GPU is
 busy 1-2 ms of a 5-7 ms step (session 17, scripts/h200/profile_step.py), so which attention is fastest
@@ -22,36 +24,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import torch
-import torch.nn.functional as F
 
-from lra.bench.models import NUM_CLASSES, VOCAB_SIZE, paper_model_config
-from lra.model import DataSpec, build_model
+from lra import provenance
+from lra.bench.models import DEFAULT_OPTIONS, Cell, Workload
 
 
 def make_step(name: str, seq_len: int, batch: int, mode: str):
-    torch.manual_seed(0)
-    model = build_model(paper_model_config(0.1), DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
-                                                          max_len=seq_len),
-                        attention=name, attention_options={}, seed=0).cuda().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    forward = model if mode == "eager" else torch.compile(model, mode=None if mode == "default" else mode)
-    x = torch.randint(0, VOCAB_SIZE, (batch, seq_len), device="cuda")
-    y = torch.randint(0, NUM_CLASSES, (batch,), device="cuda")
-
-    def step() -> None:
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            logits = forward(x)
-        F.cross_entropy(logits.float(), y).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+    """One training step of `lra bench models`' workload for ``name`` (same model, optimizer, gradient
+    clipping and attention options: sdpa pinned to cuDNN) at ``batch`` x ``seq_len`` tokens."""
+    cell = Cell(name, seq_len, "custom", batch * seq_len, mode != "eager")
+    work = Workload(cell, device=torch.device("cuda"), options=DEFAULT_OPTIONS["cuda"].get(name, {}), grad_clip=1.0,
+                    seed=0, compile_mode="default" if mode == "eager" else mode, reset_compiler=False)
+    count = itertools.count()
+    return lambda: work.step(next(count))
 
 
 def guards_skipped():
@@ -64,8 +57,6 @@ def guards_skipped():
 def paired_ratio(times: list[float], reference: list[float], resamples: int = 2000, seed: int = 0) -> dict:
     """Per-round ratios times[r] / reference[r]: median, 95 % bootstrap interval of the median, and the
     number of rounds where ``times`` was the smaller (faster) of the pair."""
-    import numpy as np
-
     ratios = np.asarray(times) / np.asarray(reference)
     rng = np.random.default_rng(seed)
     boot = np.median(rng.choice(ratios, size=(resamples, ratios.size), replace=True), axis=1)
@@ -107,8 +98,6 @@ def main() -> None:
                         steps[name]()
                     torch.cuda.synchronize()
                     results.setdefault((name, skip), []).append((time.perf_counter() - t0) * 1e6 / args.iters)
-    from lra import provenance
-
     meta = provenance.collect()
     dev = torch.cuda.get_device_name()
     how = "eager" if args.mode == "eager" else f"torch.compile mode={args.mode}"
@@ -142,8 +131,6 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    import pandas as pd
-
     pd.DataFrame([{"attention": name, "guards_skipped": skip, "round": r, "us_per_step": t}
                   for (name, skip), times in results.items() for r, t in enumerate(times)]
                  ).to_csv(args.out.with_suffix(".csv"), index=False)
