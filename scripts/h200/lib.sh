@@ -129,8 +129,6 @@ pack() {
   ls -la "$OUT"
 }
 
-# cuda_tests SECONDS PYTEST_ARGS...: pytest on this machine's GPU (quiet, no cache dir), its log in
-# $WORK/pytest.log; then one line: the exit status and pytest's summary
 # bench_cell NAME RESERVE ARGS...: one `lra bench models` run (interleaved attentions, 10 warm-up steps,
 # resumable) with ARGS, until RESERVE seconds before DEADLINE; CSV, Markdown and log as $WORK/NAME.*;
 # prints its ms/step lines. Environment set before the call reaches the run.
@@ -167,6 +165,8 @@ compiled_profile() {
       "$WORK"/profiles/*_N"${n}"_B"${b}"_compiled.txt
 }
 
+# cuda_tests SECONDS PYTEST_ARGS...: pytest on this machine's GPU (quiet, no cache dir), its log in
+# $WORK/pytest.log; then one line: the exit status and pytest's summary
 cuda_tests() {
   local s=$1; shift
   say "tests on CUDA"

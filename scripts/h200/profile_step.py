@@ -1,8 +1,9 @@
 """Where the time of one LRA training step goes (issue 8): cProfile + torch.profiler.
 
-Builds the `lra bench models` model (paper size) for each attention at one N and batch, runs warm-up
-steps, then profiles 10 steps: cProfile (Python, sorted by cumulative and by own time) and
-torch.profiler (CPU + CUDA, ops sorted by self CPU time). Writes <out>/<attention>_N<n>_B<b>.txt.
+Builds `lra bench models`' workload (lra.bench.models.Workload: the paper-size model, optimizer, step;
+sdpa pinned to cuDNN as there — until session 17 this script built its own, with sdpa on PyTorch's
+default back-end) for each attention at one N and batch, runs warm-up steps, then profiles 10 steps:
+cProfile (Python, sorted by cumulative and by own time) and torch.profiler (CPU + CUDA, ops sorted by self CPU time). Writes <out>/<attention>_N<n>_B<b>.txt.
 
     python scripts/h200/profile_step.py --attentions flash sdpa --seq-len 1024 --batch 32 --out prof
 
@@ -19,16 +20,15 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import itertools
 import logging
 import pstats
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from lra.bench.models import NUM_CLASSES, VOCAB_SIZE, paper_model_config
-from lra.model import DataSpec, build_model
+from lra.bench.models import DEFAULT_OPTIONS, Cell, Workload
 
 
 def slowest_with_callers(tp, trace_path: Path, focus: list[str], top: int = 8) -> str:
@@ -103,25 +103,17 @@ def main() -> None:
     cuda = device.type == "cuda"
     bypassed = watch_static_launch() if args.compile else None
     for name in args.attentions:
-        torch.manual_seed(0)
-        model = build_model(paper_model_config(args.attention_dropout),
-                            DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES, max_len=args.seq_len),
-                            attention=name, attention_options={}, seed=0).to(device).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if cuda else {}))
         if args.compile:
             torch._dynamo.reset()
             bypassed.reasons.clear()
-        forward = torch.compile(model) if args.compile else model
-        x = torch.randint(0, VOCAB_SIZE, (args.batch, args.seq_len), device=device)
-        y = torch.randint(0, NUM_CLASSES, (args.batch,), device=device)
+        # `lra bench models`' own step (model, optimizer, clipping, batches; sdpa pinned to cuDNN there)
+        cell = Cell(name, args.seq_len, "custom", args.batch * args.seq_len, args.compile)
+        work = Workload(cell, device=device, options=DEFAULT_OPTIONS[device.type].get(name, {}), grad_clip=1.0,
+                        seed=0, attention_dropout=args.attention_dropout, reset_compiler=False)
+        count = itertools.count()
 
         def step() -> None:
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=cuda):
-                logits = forward(x)
-            F.cross_entropy(logits.float(), y).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            work.step(next(count))
 
         for _ in range(5):
             step()
