@@ -3,7 +3,8 @@
 Builds `lra bench models`' workload (lra.bench.models.Workload: the paper-size model, optimizer, step;
 sdpa pinned to cuDNN as there — until session 17 this script built its own, with sdpa on PyTorch's
 default back-end) for each attention at one N and batch, runs warm-up steps, then profiles 10 steps:
-cProfile (Python, sorted by cumulative and by own time) and torch.profiler (CPU + CUDA, ops sorted by self CPU time). Writes <out>/<attention>_N<n>_B<b>.txt.
+cProfile (Python, sorted by cumulative and by own time) and torch.profiler (CPU + CUDA, ops sorted by
+self CPU time). Writes <out>/<attention>_N<n>_B<b>.txt.
 
     python scripts/h200/profile_step.py --attentions flash sdpa --seq-len 1024 --batch 32 --out prof
 
