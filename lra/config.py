@@ -149,13 +149,34 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     runs_dir: str = "runs"
+    # What identifies the data the run reads (`tasks.base.DataSource.identity`: the source actually
+    # used — for `data.source=auto`, the one found on disk — with a generator's name, version and
+    # parameters, or released files' names and sizes). Filled in by `resolve_data_identity`, never
+    # set by hand; part of the run id, so runs on different data never share a folder.
+    data_identity: Optional[dict] = None
 
     # ---- identity -------------------------------------------------------------------------------
     def identity(self) -> dict:
         """The settings that change what a run computes (paths, workers and the like excluded)."""
         return identity_of(self.to_dict())
 
+    def resolve_data_identity(self) -> dict | None:
+        """`data_identity`, looked up (and kept) the first time; None while no source can serve the
+        task (the run then stops at its start with the data error)."""
+        if self.data_identity is None:
+            import tasks.build
+
+            d = self.data
+            try:
+                self.data_identity = tasks.build.data_identity(
+                    self.task, data_dir=d.data_dir, source=d.source, seq_len=d.seq_len,
+                    limit_train=d.limit_train, limit_eval=d.limit_eval, difficulty=d.difficulty)
+            except (FileNotFoundError, ValueError):
+                return None
+        return self.data_identity
+
     def options_hash(self) -> str:
+        self.resolve_data_identity()
         text = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha1(text.encode()).hexdigest()[:8]
 
@@ -197,6 +218,8 @@ def identity_of(config: dict) -> dict:
     out = {key: (dict(value) if isinstance(value, dict) else value) for key, value in config.items()}
     for key in ("runs_dir", "task", "attention", "preset", "seed"):
         out.pop(key, None)
+    if out.get("data_identity") is None:
+        out.pop("data_identity", None)
     data, train = out.get("data") or {}, out.get("train") or {}
     for key in ("data_dir", "num_workers", "seq_len"):
         data.pop(key, None)

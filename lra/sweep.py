@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from lra.callbacks import STOP_AT_ENV
 from lra.config import RunConfig, RunLocation, resolve
 from lra.records import RECORD_NAME, read_record, write_record
 
@@ -57,6 +58,7 @@ class SweepSpec:
     strategy: str | None = None
     compile: bool | None = None
     skip_failed: bool = False
+    runs_per_gpu: int = 1      # concurrent runs sharing each GPU (local launcher)
 
 
 @dataclass
@@ -172,6 +174,8 @@ def train_argv(run: PlannedRun, spec: SweepSpec, *, python: str | None = None) -
     argv = [python or sys.executable, "-m", "lra", "train", "--task", run.task, "--attention", run.attention,
             "--preset", spec.preset, "--seed", str(run.seed), "--runs-dir", str(spec.runs_dir),
             "--resume", "--no-progress"]
+    if spec.runs_per_gpu != 1:
+        argv += ["--runs-per-gpu", str(spec.runs_per_gpu)]
     if run.seq_len is not None:
         argv += ["--seq-len", str(run.seq_len)]
     if spec.data_dir is not None:
@@ -232,35 +236,55 @@ def _default_runner(argv: list[str], env: dict, log_path: Path) -> int:
                               stdin=subprocess.DEVNULL).returncode
 
 
-def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpus: list[str] | None = None,
-              runner: Callable[[list[str], dict, Path], int] | None = None,
-              on_start: Callable[[PlannedRun, Path, str | None], None] | None = None,
-              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Run the `new`/`resume`/`retry` cells, `parallel` at a time, each on its own GPU slot.
-    `on_start(run, log path, gpu)` is called as a run starts, `on_done(outcome)` as it ends."""
-    from lra.train import write_status_record
-
-    todo = [r for r in plan if r.state in ("new", "resume", "retry")]
+def gpu_slots(parallel: int, gpus: list[str] | None, runs_per_gpu: int = 1) -> list[str | None]:
+    """The launch slots: `parallel` GPUs (None on CPU), each taken by `runs_per_gpu` runs at once."""
     if parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {parallel}")
+    if isinstance(runs_per_gpu, bool) or not isinstance(runs_per_gpu, int) or runs_per_gpu < 1:
+        raise ValueError(f"--runs-per-gpu must be an integer >= 1, got {runs_per_gpu!r}")
     if gpus is not None and len(gpus) < parallel:
         raise ValueError(f"--parallel {parallel} needs {parallel} GPUs, but only {len(gpus)} are given "
                          f"({','.join(gpus) or 'none'}); each parallel run is pinned to its own GPU")
+    if gpus is None and runs_per_gpu > 1:
+        raise ValueError(f"--runs-per-gpu {runs_per_gpu} shares GPUs, but none is visible; on the CPU run "
+                         "runs side by side with --parallel K instead")
+    chosen = list(gpus[:parallel]) if gpus is not None else [None] * parallel
+    return [gpu for _ in range(runs_per_gpu) for gpu in chosen]
+
+
+def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpus: list[str] | None = None,
+              runner: Callable[[list[str], dict, Path], int] | None = None,
+              on_start: Callable[[PlannedRun, Path, str | None], None] | None = None,
+              on_done: Callable[[Outcome], None] | None = None,
+              deadline: float | None = None) -> list[Outcome]:
+    """Run the `new`/`resume`/`retry` cells on `parallel` GPU slots, `spec.runs_per_gpu` runs per GPU
+    at a time. `on_start(run, log path, gpu)` is called as a run starts, `on_done(outcome)` as it
+    ends. `deadline` (Unix seconds): every run stops resumably there (`lra.callbacks.StopAt`: it
+    saves last.ckpt and records itself interrupted) and no run starts after it."""
+    from lra.train import write_status_record
+
+    todo = [r for r in plan if r.state in ("new", "resume", "retry")]
+    slot_list = gpu_slots(parallel, gpus, spec.runs_per_gpu)
     slots: queue.Queue = queue.Queue()
-    for i in range(parallel):
-        slots.put(gpus[i] if gpus is not None else None)
+    for gpu in slot_list:
+        slots.put(gpu)
     runner = runner or _default_runner
-    cpu_threads = max(1, (os.cpu_count() or 1) // parallel)
+    cpu_threads = max(1, (os.cpu_count() or 1) // len(slot_list))
     lock = threading.Lock()
     outcomes: list[Outcome] = []
 
-    def one(run: PlannedRun) -> Outcome:
+    def one(run: PlannedRun) -> Outcome | None:
         gpu = slots.get()
+        if deadline is not None and time.time() >= deadline:
+            slots.put(gpu)
+            return None  # out of time: the run stays as planned and starts on the next sweep
         try:
             env = dict(os.environ)
+            if deadline is not None:
+                env[STOP_AT_ENV] = f"{deadline:.0f}"
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-            elif parallel > 1:  # CPU runs side by side: share the cores instead of oversubscribing
+            if len(slot_list) > 1:  # runs side by side: share the host's cores instead of oversubscribing
                 env.setdefault("OMP_NUM_THREADS", str(cpu_threads))
             run.run_dir.mkdir(parents=True, exist_ok=True)
             log_path = run.run_dir / "train.log"
@@ -299,7 +323,7 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
                 on_done(outcome)
         return outcome
 
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
+    with ThreadPoolExecutor(max_workers=len(slot_list)) as pool:
         list(pool.map(one, todo))
     return outcomes
 

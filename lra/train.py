@@ -39,6 +39,7 @@ from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
 from lra.records import write_record
+from tasks.base import data_record, identity_id
 
 MONITOR = "val/acc"
 
@@ -219,8 +220,14 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
 # ---- records ------------------------------------------------------------------------------------
 def _record(config: RunConfig, *, status: str, error: str | None, created: str, runtime: Runtime,
             module: LraModule | None, summary: dict | None, trainer: pl.Trainer | None,
-            test_acc: float | None) -> dict:
+            test_acc: float | None, data: dict | None = None, runs_per_gpu: int = 1) -> dict:
     summary = summary or {}
+    if data is None:  # a run that never read its data: what it would have read
+        identity = config.resolve_data_identity()
+        data = {"source": (identity or {}).get("source", config.data.source),
+                "id": identity_id(identity) if identity else "unresolved",
+                "description": None, "generator": (identity or {}).get("generator"),
+                "identity": identity, "splits": {}, "content_hash": None}
     steps = int(trainer.global_step) if trainer is not None else 0
     epochs = None
     if trainer is not None:
@@ -249,6 +256,9 @@ def _record(config: RunConfig, *, status: str, error: str | None, created: str, 
         "train_samples_per_s": summary.get("train_samples_per_s"),
         "train_tokens_per_s": summary.get("train_tokens_per_s"),
         "peak_mem_gb": summary.get("peak_mem_gb"),
+        # the step time and throughput above were measured with this many runs sharing the GPU
+        "sharing": {"runs_per_gpu": int(runs_per_gpu)},
+        "data": data,
         "num_params": module.num_params if module is not None else None,
         "batch_size": config.train.batch_size,
         "device": provenance.device_name(),
@@ -296,9 +306,13 @@ def _is_oom(err: BaseException) -> bool:
 
 # ---- the run --------------------------------------------------------------------------------------
 def train(config: RunConfig, *, resume: bool = False, force: bool = False, callbacks=(),
-          progress_bar: bool | None = None, attention_factory=None) -> dict:
+          progress_bar: bool | None = None, attention_factory=None, runs_per_gpu: int = 1) -> dict:
     """Run one training and return its record. Bad input: ValueError before anything is written.
-    A run that starts and then fails: its record is written and `RunFailed` raised."""
+    A run that starts and then fails: its record is written and `RunFailed` raised.
+    `runs_per_gpu`: how many runs share this GPU (`lra sweep --runs-per-gpu`), recorded beside the
+    measured throughput so that speed tables use solo runs only."""
+    if isinstance(runs_per_gpu, bool) or not isinstance(runs_per_gpu, int) or runs_per_gpu < 1:
+        raise ValueError(f"runs_per_gpu must be an integer >= 1, got {runs_per_gpu!r}")
     _quiet_known_noise()
     stop_at = StopAt.from_env()  # $LRA_STOP_AT: a graceful, resumable stop at a wall-clock deadline
     if stop_at is not None:
@@ -354,10 +368,21 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     trainer = stats = summary = None
     show_bar = _progress_bar_wanted(progress_bar)
 
+    data_hash: list = []  # the data's content hash, computed once (the data is prepared by now)
+
+    def data_section() -> dict | None:
+        try:
+            if not data_hash:
+                data_hash.append(dm.source.content_hash())
+            return {**data_record(dm.source, dm.split_sizes), "content_hash": data_hash[0]}
+        except (OSError, ValueError):
+            return None
+
     def record(status, error=None, test_acc=None) -> dict:
         rec = _record(config, status=status, error=error, created=created, runtime=runtime, module=module,
                       summary=summary or (stats.summary() if stats is not None else None),
-                      trainer=trainer, test_acc=test_acc)
+                      trainer=trainer, test_acc=test_acc, data=data_section() if rank0 else None,
+                      runs_per_gpu=runs_per_gpu)
         if rank0:
             write_record(record_path, rec)
         return rec

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -219,6 +220,17 @@ class DataSource(ABC):
     def describe(self) -> str:
         """One line saying where the data comes from."""
 
+    def identity(self) -> dict:
+        """What identifies the data this source serves, the same on every machine (no absolute
+        paths): its kind plus, for a generator, its name, version and parameters, for released files
+        their names and sizes. Part of every run id (`lra.config.RunConfig.data_identity`)."""
+        return {"source": self.kind, "reader": type(self).__name__}
+
+    def content_hash(self) -> str | None:
+        """A hash of the bytes `load` reads once prepared (`tasks.cache.content_hash`); None when the
+        source cannot tell (e.g. data held by tfds)."""
+        return None
+
     def require(self) -> None:
         if not self.available():
             raise FileNotFoundError(self.incomplete() or self.missing_help())
@@ -317,3 +329,28 @@ class LraDataModule(pl.LightningDataModule):
 
     def describe(self) -> str:
         return f"{self.task}: {self.source.describe()}"
+
+    def data_record(self) -> dict:
+        """The run record's `data` section: which data was actually read (see `data_record`)."""
+        return data_record(self.source, self.split_sizes)
+
+
+def file_stamps(files, root: Path) -> list[list]:
+    """[relative name, size] of each file: an identity of released files that holds on every machine."""
+    return [[str(Path(f).relative_to(root)), Path(f).stat().st_size] for f in sorted(files)]
+
+
+def identity_id(identity: dict) -> str:
+    """The short id of a data identity (`DataSource.identity`)."""
+    from .cache import param_hash
+
+    return param_hash(identity)
+
+
+def data_record(source: DataSource, split_sizes: dict[str, int]) -> dict:
+    """`{source, id, description, generator, files, splits, content_hash}` of a prepared source."""
+    identity = source.identity()
+    return {"source": identity.get("source", source.kind), "id": identity_id(identity),
+            "description": source.describe(), "generator": identity.get("generator"),
+            "identity": identity, "splits": dict(split_sizes),
+            "content_hash": source.content_hash()}

@@ -59,6 +59,21 @@ def resolve_source(spec: TaskSpec, source: str, **ctx) -> DataSource:
     raise FileNotFoundError(f"no data for {spec.name}. " + " | ".join(tried))
 
 
+def _source(spec: TaskSpec, data_dir, source: str, **ctx) -> DataSource:
+    return resolve_source(spec, source, data_dir=Path(release.resolve_data_dir(data_dir)), **ctx)
+
+
+def data_identity(task: str, *, data_dir: str | os.PathLike | None = None, source: str = "auto",
+                  seq_len: int | None = None, limit_train: int | None = None, limit_eval: int | None = None,
+                  difficulty: str | int | None = None) -> dict:
+    """`DataSource.identity` of the source a run with these settings reads (for `source="auto"`,
+    the one found on disk now), without reading or generating any data. Raises what
+    `build_datamodule` raises when no source can serve the task."""
+    spec = get_spec(task)
+    return _source(spec, data_dir, source, max_len=resolve_max_len(spec, seq_len), seq_len=seq_len,
+                   limit_train=limit_train, limit_eval=limit_eval, difficulty=difficulty).identity()
+
+
 def build_datamodule(task: str, *, data_dir: str | os.PathLike | None = None, batch_size: int,
                      seq_len: int | None = None, num_workers: int = 0, seed: int = 0,
                      limit_train: int | None = None, limit_eval: int | None = None, source: str = "auto",
@@ -85,9 +100,7 @@ def build_datamodule(task: str, *, data_dir: str | os.PathLike | None = None, ba
         raise ValueError(f"difficulty applies to the Pathfinder tasks only, not {spec.name}")
     check_augment(spec, augment)
     max_len = resolve_max_len(spec, seq_len)
-    root = release.resolve_data_dir(data_dir)
-    src = resolve_source(spec, source, data_dir=Path(root), max_len=max_len, seq_len=seq_len,
-                         limit_train=limit_train, limit_eval=limit_eval, difficulty=difficulty,
-                         workers=generator_workers)
+    src = _source(spec, data_dir, source, max_len=max_len, seq_len=seq_len, limit_train=limit_train,
+                  limit_eval=limit_eval, difficulty=difficulty, workers=generator_workers)
     return LraDataModule(spec, src, batch_size=batch_size, max_len=max_len, num_workers=num_workers, seed=seed,
                          limit_train=limit_train, limit_eval=limit_eval, augment=augment)

@@ -26,6 +26,45 @@ def param_hash(params: dict, length: int = 12) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
+CONTENT_HASH = "content_hash.json"
+
+
+def content_hash(files: list[Path], root: Path | None = None) -> str:
+    """sha256 (16 hex digits) over the names (relative to `root`, else base names), sizes and bytes of
+    `files`."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(f) for f in files):
+        name = str(path.relative_to(root)) if root is not None else path.name
+        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def entry_hash(entry: Path) -> str:
+    """`content_hash` of a complete cache entry's data files, computed once and kept in the entry
+    (an entry never changes once complete; a read-only cache gets it computed each time)."""
+    entry = Path(entry)
+    memo = entry / CONTENT_HASH
+    try:
+        return json.loads(memo.read_text(encoding="utf-8"))["sha256"]
+    except (OSError, ValueError, KeyError):
+        pass
+    value = content_hash(entry_files(entry), entry)
+    try:
+        atomic_write_bytes(memo, json.dumps({"sha256": value}).encode())
+    except OSError:
+        pass
+    return value
+
+
+def entry_files(entry: Path) -> list[Path]:
+    """The data files of a cache entry (its bookkeeping files excluded)."""
+    skip = {COMPLETE, CONTENT_HASH}
+    return sorted(p for p in Path(entry).rglob("*") if p.is_file() and p.name not in skip)
+
+
 def is_complete(path: Path) -> bool:
     return (Path(path) / COMPLETE).is_file()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from . import cache, release
-from .base import DataSource, Ragged, TokenSplit, check_utf8
+from .base import DataSource, Ragged, TokenSplit, check_utf8, file_stamps
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -272,6 +272,17 @@ class OfficialListOps(DataSource):
     def describe(self) -> str:
         return f"official ListOps TSV in {self.folder}"
 
+    def _files(self) -> list[Path]:
+        return [self.folder / name for name in FILES.values()]
+
+    def identity(self) -> dict:
+        if self.folder is None:
+            return {"source": self.kind, "files": None}
+        return {"source": self.kind, "files": file_stamps(self._files(), self.folder)}
+
+    def content_hash(self) -> str | None:
+        return cache.content_hash(self._files(), self.folder) if self.folder is not None else None
+
 
 class GeneratedListOps(DataSource):
     kind = "generated"
@@ -302,6 +313,14 @@ class GeneratedListOps(DataSource):
         if not cache.is_complete(self.folder()):
             self.prepare()
         return read_tsv(self.folder() / FILES[split], max_len=self.max_len)
+
+    def identity(self) -> dict:
+        key = dict(self.params.key())
+        return {"source": self.kind, "generator": {"name": key.pop("generator"), "version": key.pop("version"),
+                                                   "params": key}}
+
+    def content_hash(self) -> str | None:
+        return cache.entry_hash(self.folder()) if cache.is_complete(self.folder()) else None
 
     def describe(self) -> str:
         p = self.params

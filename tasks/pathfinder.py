@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import cache, image_store, pathfinder_gen, release
-from .base import DataSource, PixelSplit
+from .base import DataSource, PixelSplit, file_stamps
 
 SPLITS = ("train", "val", "test")
 METADATA_FIELDS = 11
@@ -208,6 +208,16 @@ class OfficialPathfinder(DataSource):
     def describe(self) -> str:
         return f"official Pathfinder-{self.size} ({self.subfolder}) in {self.folder}"
 
+    def identity(self) -> dict:
+        meta = sorted((self.folder / "metadata").glob("*.npy")) if self.folder is not None else []
+        return {"source": self.kind, "size": self.size, "contour_length": self.contour_length,
+                "split_seed": self.split_seed, "fractions": list(self.fractions),
+                "metadata": file_stamps(meta, self.folder) if meta else None}
+
+    def content_hash(self) -> str | None:
+        target = self._cache_folder() if self.folder is not None else None
+        return cache.entry_hash(target) if target is not None and cache.is_complete(target) else None
+
 
 @dataclasses.dataclass(frozen=True)
 class GeneratedCounts:
@@ -281,6 +291,17 @@ class GeneratedPathfinder(DataSource):
         n = getattr(self.counts, split)
         labels = image_store.load_labels(folder / split)[:n]
         return PixelSplit(image_store.open_images(folder / split), labels)
+
+    def identity(self) -> dict:
+        params = dict(self.params.key())
+        name, version = params.pop("generator"), params.pop("generator_version")
+        return {"source": self.kind, "generator": {"name": name, "version": version,
+                                                   "params": {**params, "seed": self.seed,
+                                                              "counts": dataclasses.asdict(self.counts)}}}
+
+    def content_hash(self) -> str | None:
+        target = self.folder()
+        return cache.entry_hash(target) if cache.is_complete(target) else None
 
     def describe(self) -> str:
         c = self.counts

@@ -12,6 +12,8 @@ EPILOG = """\
 examples:
   lra sweep --preset smoke --tasks listops pathfinder32 --attentions flash softmax performer --seeds 0
   lra sweep --tasks listops --attentions flash softmax --seeds 0 1 2 --parallel 4      # 4 GPUs
+  lra sweep --tasks listops --attentions flash softmax performer --seeds 0 1 2 --runs-per-gpu 9 \
+      --budget-minutes 60        # 9 runs share one GPU; rerun to continue after the hour
   lra sweep --tasks pathx --attentions flash --launcher slurm --slurm-gpus-per-node 4 --slurm-partition gpu
 
 Runs whose completed result.json exists are skipped; interrupted runs resume from last.ckpt;
@@ -36,6 +38,14 @@ def add_parser(sub) -> None:
                         help="do not retry runs whose record says failed or oom (interrupted runs still resume)")
     parser.add_argument("--parallel", type=int, default=1, metavar="K",
                         help="local launcher: K runs at once, each pinned to its own GPU")
+    parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
+                        help="local launcher: K runs share each GPU at once (LRA models leave a large GPU "
+                             "mostly idle); each record says how many runs shared its GPU, and speed "
+                             "tables take step times from solo runs only (default 1)")
+    parser.add_argument("--budget-minutes", type=float, default=None, metavar="M",
+                        help="local launcher: stop every run resumably M minutes from now (each saves "
+                             "last.ckpt and records itself interrupted) and start no run after that; "
+                             "the same command run again continues where this one stopped")
     parser.add_argument("--gpus", default=None,
                         help="GPU indices for --parallel, e.g. 0,1,2,3 (default: all visible GPUs)")
     parser.add_argument("--heartbeat", type=float, default=60.0, metavar="SECONDS",
@@ -108,9 +118,16 @@ def run(args: argparse.Namespace) -> int:
                      overrides=list(args.overrides), attention_options=attention_options_from_args(args),
                      runs_dir=args.runs_dir, data_dir=args.data_dir, devices=args.devices,
                      num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile,
-                     skip_failed=args.skip_failed)
+                     skip_failed=args.skip_failed, runs_per_gpu=args.runs_per_gpu)
     if args.parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
+    if args.runs_per_gpu < 1:
+        raise ValueError(f"--runs-per-gpu must be >= 1, got {args.runs_per_gpu}")
+    if args.budget_minutes is not None and not args.budget_minutes > 0:
+        raise ValueError(f"--budget-minutes must be > 0, got {args.budget_minutes}")
+    if args.launcher == "slurm" and (args.runs_per_gpu != 1 or args.budget_minutes is not None):
+        raise ValueError("--runs-per-gpu and --budget-minutes are options of the local launcher; with SLURM "
+                         "use --slurm-time for the time limit")
     if not args.heartbeat >= 0:
         raise ValueError(f"--heartbeat must be >= 0 seconds (0: off), got {args.heartbeat}")
     plan = plan_sweep(spec)
@@ -132,9 +149,13 @@ def run(args: argparse.Namespace) -> int:
     gpus = _gpu_list(args)
     if gpus is not None and args.parallel > len(gpus):
         raise ValueError(f"--parallel {args.parallel} needs {args.parallel} GPUs; visible: {','.join(gpus)}")
+    if gpus is None and args.runs_per_gpu > 1:
+        raise ValueError(f"--runs-per-gpu {args.runs_per_gpu}: no GPU is visible; on the CPU use --parallel K")
+    deadline = time.time() + 60 * args.budget_minutes if args.budget_minutes is not None else None
     start = time.perf_counter()
     outcomes = _run_with_progress(plan, spec, pending, args.parallel, gpus, run_local, describe_outcome,
-                                  heartbeat_s=args.heartbeat)
+                                  heartbeat_s=args.heartbeat, deadline=deadline)
+    not_started = len(pending) - len(outcomes)
     invalid = sum(r.state == "invalid" for r in plan)
     done = sum(r.state == "done" for r in plan)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("completed", "failed", "oom")}
@@ -143,10 +164,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"sweep finished in {time.perf_counter() - start:.0f}s: {counts['completed']} completed, "
           f"{counts['failed']} failed, {counts['oom']} oom, "
           + (f"{stopped} stopped (they resume on the next sweep), " if stopped else "")
+          + (f"{not_started} not started (out of time), " if not_started else "")
           + f"{done} already done, {invalid} invalid "
           f"(recorded as failed). Records: {spec.runs_dir}/<task>/<attention>/<run-id>/result.json — "
           f"`lra table` summarises them.")
-    return 0 if counts["failed"] + counts["oom"] + stopped + invalid == 0 else 1
+    return 0 if counts["failed"] + counts["oom"] + stopped + invalid + not_started == 0 else 1
 
 
 class _Running:
@@ -194,7 +216,8 @@ def _every(seconds: float, action, stop: threading.Event) -> threading.Thread:
     return thread
 
 
-def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_outcome, heartbeat_s=60.0):
+def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_outcome, heartbeat_s=60.0,
+                       deadline=None):
     """Run the pending cells, reporting as they start, while they train and as they end: plain lines
     without a terminal (a `[running]` heartbeat every `heartbeat_s` seconds with each run's latest
     validation from its train.log), a rich progress bar with the running runs' latest validation in a
@@ -223,7 +246,8 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
         if heartbeat_s > 0:
             _every(heartbeat_s, heartbeat, stop)
         try:
-            return run_local(plan, spec, parallel=parallel, gpus=gpus, on_start=on_start, on_done=on_done)
+            return run_local(plan, spec, parallel=parallel, gpus=gpus, on_start=on_start, on_done=on_done,
+                             deadline=deadline)
         finally:
             stop.set()
 
@@ -248,6 +272,7 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
 
         _every(2.0, show_running, stop)
         try:
-            return run_local(plan, spec, parallel=parallel, gpus=gpus, on_start=on_start, on_done=on_done)
+            return run_local(plan, spec, parallel=parallel, gpus=gpus, on_start=on_start, on_done=on_done,
+                             deadline=deadline)
         finally:
             stop.set()

@@ -82,6 +82,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--init-from", default=None, metavar="CKPT",
                         help="start from the weights of this lra checkpoint; a smaller image's positional "
                              "grid is upsampled by duplication (Path-64 -> Path-X / Path-256)")
+    parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
+                        help="how many runs share this GPU (set by `lra sweep --runs-per-gpu`); recorded "
+                             "beside the measured throughput, which speed tables take from solo runs only")
     add_run_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -118,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from:
         config.train.init_from = args.init_from
     try:
-        record = train(config, resume=args.resume, force=args.force, progress_bar=args.progress)
+        record = train(config, resume=args.resume, force=args.force, progress_bar=args.progress,
+                       runs_per_gpu=args.runs_per_gpu)
     except RunFailed as failure:
         print(failure.traceback, file=sys.stderr)
         print(f"lra train: run {failure.status}: {failure.error}\n  record: {failure.record_path}",

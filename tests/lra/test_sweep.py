@@ -282,3 +282,56 @@ def test_latest_progress_reads_the_last_validation_line(tmp_path):
     assert latest_progress(log) is None                                      # no validation yet
     log.write_text("step 2/9  val_acc 0.1\nnoise\n" + "x" * 20000 + "\nstep 4/9  val_acc 0.3  best 0.3\nEpoch 1\n")
     assert latest_progress(log) == "step 4/9  val_acc 0.3  best 0.3"
+
+
+def test_runs_per_gpu_shares_each_gpu_by_k_runs_and_says_so(tmp_path):
+    spec = _spec(tmp_path, attentions=("softmax", "performer", "linformer", "sdpa"))
+    spec.runs_per_gpu = 2
+    plan = plan_sweep(spec)
+    active: dict = {}
+    peak: dict = {}
+    lock = threading.Lock()
+
+    def runner(argv, env, log_path):
+        gpu = env["CUDA_VISIBLE_DEVICES"]
+        assert argv[argv.index("--runs-per-gpu") + 1] == "2"
+        with lock:
+            active[gpu] = active.get(gpu, 0) + 1
+            peak[gpu] = max(peak.get(gpu, 0), active[gpu])
+        time.sleep(0.3)
+        with lock:
+            active[gpu] -= 1
+        return 0
+
+    pending = [r for r in plan if r.state == "new"]
+    run_local(plan, spec, parallel=1, gpus=["7"], runner=runner)
+    assert peak == {"7": 2}  # never more than K runs on the GPU, and K at once
+    assert len(pending) >= 3
+    from lra.sweep import gpu_slots
+
+    assert gpu_slots(2, ["0", "1"], 3) == ["0", "1"] * 3
+    with pytest.raises(ValueError, match="none is visible"):
+        gpu_slots(1, None, 2)
+
+
+def test_budget_stops_runs_at_the_deadline_and_starts_none_after_it(tmp_path):
+    from lra.callbacks import STOP_AT_ENV
+
+    spec = _spec(tmp_path)
+    plan = plan_sweep(spec)
+    deadlines = []
+
+    def runner(argv, env, log_path):
+        deadlines.append(float(env[STOP_AT_ENV]))
+        time.sleep(0.4)
+        return 0
+
+    deadline = time.time() + 0.2
+    outcomes = run_local(plan, spec, parallel=1, runner=runner, deadline=deadline)
+    assert len(outcomes) == 1 and deadlines == [pytest.approx(deadline, abs=1)]
+
+
+def test_sweep_cli_refuses_runs_per_gpu_without_gpus(tmp_path, capsys):
+    code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax",
+                 "--runs-per-gpu", "2", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "d")])
+    assert code == 2 and "--runs-per-gpu" in capsys.readouterr().err
