@@ -21,8 +21,41 @@ How a snake grows (facts from ``snakes.py`` of the original generator, re-implem
     original wrapper) and there are ``distractor_budget // distractor_length`` of them; a distractor
     that cannot be placed after ``max_distractor_tries`` tries is dropped, as in the original
     (``allow_incomplete=True``);
-  * paddles are drawn at intensity ``snake_contrast``, markers at 1.0, and the image is stretched to
-    the full 0-255 range (the original saved with ``scipy.misc.imsave``, which rescales min..max).
+  * distractors are placed and grown after the targets, with five tries each; the markers sit on
+    the targets' ends.
+
+Seed directions (a fact of the original's code as it ran, measured by running it): the first
+paddle of the first target and of every distractor is placed by dilating the occupied mask with
+the paddle's footprint (OpenCV ``cv2.dilate``). The footprint's anchor is not on the paddle, and
+OpenCV pads the image with -inf for a dilation, so for most directions some border pixels come out
+negative and the original's ``find_available_coordinates`` then reports no free place at all (its
+"mystery" branch): the seed fails. Only directions in a window survive: [-150, -121] degrees at size
+32 (30 of 360), [-180, -85] at 64 (95 of 360; -135 also fails), all but a few at 128 and 256
+(``seed_orientations``). So the first target always starts in that window (the original retries
+the image until it does), and a distractor try whose uniformly drawn direction falls outside it
+fails. This is why LRA's small images hold few distractors: at size 32 the original placed 1.19
+of 5 per image at contour length 14 and 3.26 of 10 at length 6 (100 images each); we mimic the
+window and the five tries.
+
+How an image is rendered (facts from ``draw_line_n_mask`` in ``snakes.py`` and ``draw_circle`` /
+``from_wrapper`` in ``snakes2.py`` of the original, commit ab9c130, which saved the LRA data with
+``scipy.misc.imresize`` / ``imsave``; re-implemented here with Pillow):
+  * every paddle is drawn on its own square canvas ``antialias_scale`` (2) times finer than the
+    image: a hard-edged (not anti-aliased) PIL line of width ``round(thickness * scale)`` and
+    length ``paddle_length * scale`` fine pixels, starting at the canvas centre. The canvas has
+    ``2 * k * scale + 1`` fine pixels a side, ``k = paddle_length + ceil(thickness) + margin``, and
+    is shrunk with Lanczos (PIL) to ``2 * k + 1`` pixels, quantised to 8 bits (negative ringing
+    clips to 0), scaled by the paddle's contrast and placed with its centre on a whole pixel: the
+    seed end of a snake's first paddle, the far end of every later one (where the next marker or
+    pivot is measured from). Paddles combine by maximum;
+  * target paddles have contrast ``snake_contrast * paddle_contrast``, distractor paddles
+    ``snake_contrast`` alone (the original hands distractors the snake contrast list only);
+  * each marker is a disk of ``marker_radius * scale`` fine pixels around its whole pixel (scaled
+    as the original, whose fine pixel ``c * scale`` is the centre) on the fine canvas, shrunk with
+    Lanczos to the image, quantised to 8 bits and combined by maximum at intensity 1.0;
+  * the image is bytescaled: min..max stretched to 0..255 and rounded half up (``imsave`` of a
+    float image). The faint Lanczos ringing (values 1-15) around every paddle is part of the data:
+    LRA feeds the raw pixel values as tokens.
 
 Where we deviate, and why:
   * Clearance: a new paddle must keep ``2 * margin + 1`` px of empty space (edge to edge) from every
@@ -46,8 +79,13 @@ Where we deviate, and why:
     (generator version 2; version 1 kept retrying it, which almost never worked: at size 32 only
     2% of such distractors were completed, for a third of all dead-end work). At size 32 this
     leaves the mean number of distractors per image at 1.61 instead of 1.68 (300 images).
-  * Anti-aliasing is analytic (pixel coverage ramps linearly over one pixel at the stroke edge)
-    instead of drawing at 2-4x and Lanczos-resizing: same look, far faster.
+  * Directions are continuous (``direction_candidates`` evenly spaced turns with a random offset);
+    the original steps between whole pixels, so its turns take the few directions of whole-pixel
+    displacements and its steps vary in length by up to a pixel. Like the original we put each
+    paddle's anchor (and each marker) on a whole pixel and its other end on the fine grid (rounded
+    up), before the clearance test, so that the test sees what is drawn. The continuous directions
+    spread paddles a little more than the original: at size 32 our images have 11-13% more
+    nonzero pixels and 18% more faint ones for the same amount of bright ink (see tasks/README.md).
   * No single-paddle clutter: the original wrapper script sets ``use_single_paddles = False`` and the
     LRA notes do not change it.
   * Each sample is a pure function of (seed, split, index): any subset can be regenerated alone and
@@ -55,20 +93,25 @@ Where we deviate, and why:
 
 Per-size parameters (``SIZE_PRESETS``) are those the LRA data were made with, from the docstrings of
 ``lra_benchmarks/data/pathfinder.py`` (Tay et al. 2021) and, where those do not customise a value,
-the defaults of the original ``snakes2_wrapper.py`` (paddle length 5, seed distance 27, padding 22).
+the defaults of the original ``snakes2_wrapper.py`` (paddle length 5, seed distance 27, padding 22,
+paddle contrast 1). Every size uses ``antialias_scale = 2`` (LRA's notes set it last, after a 4).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
 from typing import Sequence
 
 import numpy as np
+from PIL import Image, ImageDraw
 
 # Bump when the drawing algorithm changes: it is part of every cache key.
 # 2: a snake whose first paddle is walled in gives up at once (see "Dead ends" above).
-GENERATOR_VERSION = 2
+# 3: rendered as the original: each paddle drawn at antialias_scale and Lanczos-shrunk, markers
+#    likewise, the image bytescaled; distractors drawn without the targets' paddle contrast.
+GENERATOR_VERSION = 3
 
 DIFFICULTIES = {"easy": 6, "intermediate": 9, "hard": 14}
 # Folder names of the official release for each contour length.
@@ -89,9 +132,14 @@ class PathfinderParams:
     seed_distance: float = 20.0
     continuity: float = 1.8
     distractor_budget: int = 20                # number of distractors = budget // distractor length
-    snake_contrast: float = 1.0                # paddle intensity; markers are drawn at 1.0
+    snake_contrast: float = 1.0                # intensity of every paddle; markers are drawn at 1.0
+    paddle_contrast: float = 1.0               # extra factor on the target snakes' paddles only
+    antialias_scale: int = 2                   # paddles and markers are drawn this much finer
     extra_gap: float = 1.0                     # px of clearance beyond the original's 2 * margin
-    max_distractor_tries: int = 4              # original: max_distractor_contour_retrial = 4
+    max_distractor_tries: int = 5              # original: retrial count 4, tried while count <= 4
+    # Directions (degrees, [lo, hi), 0 = +x, 90 = +y = down) that the first paddle of the first target
+    # and of every distractor can take; see "Seed directions" in the module docstring.
+    seed_orientations: tuple[float, float] = (-180.0, 180.0)
     direction_candidates: int = 12             # directions evaluated per paddle
 
     def __post_init__(self):
@@ -104,6 +152,18 @@ class PathfinderParams:
         if 2 * min(self.paddle_margins) + self.extra_gap + self.paddle_thickness <= self.paddle_length / 2:
             raise ValueError("paddle_length too long for the clearance test: need "
                              "2*margin + 1 + thickness > paddle_length / 2")
+        lo, hi = self.seed_orientations
+        if not -180.0 <= lo < hi <= 180.0:
+            raise ValueError(f"seed_orientations must be degrees with -180 <= lo < hi <= 180, "
+                             f"got {self.seed_orientations}")
+        # The original's fine canvas holds whole pixels only (its 'thickness does not break even').
+        if not float(self.paddle_length).is_integer():
+            raise ValueError(f"paddle_length must be a whole number of pixels, got {self.paddle_length}")
+        if not (isinstance(self.antialias_scale, int) and self.antialias_scale >= 1):
+            raise ValueError(f"antialias_scale must be a positive int, got {self.antialias_scale!r}")
+        if not float(self.paddle_thickness * self.antialias_scale).is_integer():
+            raise ValueError(f"paddle_thickness * antialias_scale must be a whole number of fine pixels, "
+                             f"got {self.paddle_thickness} * {self.antialias_scale}")
 
     @property
     def distractor_length(self) -> int:
@@ -122,13 +182,15 @@ class PathfinderParams:
 # Per-size settings of the LRA data (see the module docstring for the sources).
 SIZE_PRESETS: dict[int, dict] = {
     # LRA Pathfinder32: margin 1, padding 1, paddle 2, marker 1.5, thickness 0.5, seed distance 7,
-    # continuity 1.0, 20 // dl distractors, snake contrast 2 x paddle contrast 0.75.
+    # continuity 1.0, 20 // dl distractors, snake contrast 2, paddle contrast 0.75.
     32: dict(padding=1, paddle_length=2, paddle_thickness=0.5, paddle_margins=(1,), marker_radius=1.5,
-             seed_distance=7, continuity=1.0, distractor_budget=20, snake_contrast=2 * 0.75),
+             seed_distance=7, continuity=1.0, distractor_budget=20, snake_contrast=2.0,
+             paddle_contrast=0.75, seed_orientations=(-150, -120)),
     # LRA Pathfinder64: padding 1, margin 1, seed distance 12, marker 2.5, thickness 1,
     # continuity 1.8, 22 / dl distractors, contrast 0.8; paddle length: wrapper default 5.
     64: dict(padding=1, paddle_length=5, paddle_thickness=1, paddle_margins=(1,), marker_radius=2.5,
-             seed_distance=12, continuity=1.8, distractor_budget=22, snake_contrast=0.8),
+             seed_distance=12, continuity=1.8, distractor_budget=22, snake_contrast=0.8,
+             seed_orientations=(-180, -84)),
     # LRA Pathfinder128 (Path-X): padding 1, margin 2 or 3, seed distance 20, marker 3,
     # thickness 1.5, continuity 1.8, 35 / dl distractors, contrast 0.9; paddle length 5.
     128: dict(padding=1, paddle_length=5, paddle_thickness=1.5, paddle_margins=(2, 3), marker_radius=3,
@@ -177,6 +239,11 @@ def sample_labels(seed: int, split: str, n: int) -> np.ndarray:
 # Geometry: committed shapes and the clearance test (plain Python: the arrays involved are so
 # small that numpy's per-call overhead would dominate)
 # --------------------------------------------------------------------------------------------
+def _half_up(v: float) -> int:
+    """Round half up (what the original's bytescale and pixel placement do)."""
+    return int(math.floor(v + 0.5))
+
+
 def _too_close(px, py, ax, ay, dx, dy, inv, need2):
     """Is point (px, py) closer than sqrt(need2) to the segment a + t*(dx, dy), t in [0, 1]?"""
     rx = px - ax
@@ -210,11 +277,12 @@ class _Scene:
         self.shapes: list[tuple] = []   # (ax, ay, bx, by, dx, dy, 1/|d|^2, radius, xmin, xmax, ymin, ymax)
         self.owner: list[int] = []
         self.is_marker: list[bool] = []
+        self.anchor_end: list[bool] = []           # drawn from (bx, by) rather than (ax, ay)
         self.active: list[bool] = []
         self.cells: list[list[list[int]]] = []     # shape -> the buckets that hold it
         self.grid: dict[int, list[int]] = {}       # cx * _CELL_STRIDE + cy -> live shapes
 
-    def add(self, ax, ay, bx, by, radius, owner, marker=False) -> int:
+    def add(self, ax, ay, bx, by, radius, owner, marker=False, anchor_end=False) -> int:
         dx = bx - ax
         dy = by - ay
         n2 = dx * dx + dy * dy
@@ -225,6 +293,7 @@ class _Scene:
                             xmin, xmax, ymin, ymax))
         self.owner.append(owner)
         self.is_marker.append(marker)
+        self.anchor_end.append(anchor_end)
         self.active.append(True)
         h = self.halo + radius
         cell = self.cell
@@ -308,6 +377,7 @@ class _Drawing:
         self.lo = p.padding + self.r
         self.hi = p.size - 1 - p.padding - self.r
         self.max_turn = math.pi / (2.0 * p.continuity)
+        self.seed_window = (math.radians(p.seed_orientations[0]), math.radians(p.seed_orientations[1]))
         self.step = p.paddle_length + 2 * self.margin
         # Turning radius of a snake that keeps turning by 80% of the largest turn (turns close to
         # the largest one have almost no weight).
@@ -340,16 +410,21 @@ class _Drawing:
         return True
 
     # -- paddles --------------------------------------------------------------------------------
-    def first_paddle(self, tips, snake, length, exempt=()):
-        """First paddle of a snake from one of the candidate `tips` (tried in order, each with a
-        fresh uniform direction); returns (x_end, y_end, heading, scene index, tip) or None."""
+    def first_paddle(self, tips, snake, length, exempt=(), headings=None):
+        """First paddle of a snake from one of the candidate `tips` (tried in order) with the
+        matching one of `headings` (default: a fresh uniform direction for each tip); returns
+        (x_end, y_end, heading, scene index, tip) or None."""
         L = self.p.paddle_length
+        scale = self.p.antialias_scale
         sc = self.scene
         remaining = (length - 1) * self.step
-        for x0, y0 in tips:
-            theta = self.rng.uniform(-math.pi, math.pi)
-            x1 = x0 + L * math.cos(theta)
-            y1 = y0 + L * math.sin(theta)
+        for j, (x0, y0) in enumerate(tips):
+            theta = self.rng.uniform(-math.pi, math.pi) if headings is None else headings[j]
+            # drawn from the tip on a whole pixel to the far end on the fine grid (paddle_patch)
+            x0 = math.floor(x0 + 0.5)
+            y0 = math.floor(y0 + 0.5)
+            x1 = x0 + math.ceil(L * math.cos(theta) * scale) / scale
+            y1 = y0 + math.ceil(L * math.sin(theta) * scale) / scale
             if self._fits(x0, y0, x1, y1, remaining) and sc.clear(
                     x0, y0, x1, y1, self.r, self.gap, exempt, sc.near(x0, y0, x1, y1)):
                 at = sc.add(x0, y0, x1, y1, self.r, snake)
@@ -371,6 +446,7 @@ class _Drawing:
         k = p.direction_candidates
         max_turn = self.max_turn
         continuity = p.continuity
+        scale = p.antialias_scale
         width = 2.0 * max_turn / k
         u = self.rng.random()
         cos = math.cos
@@ -408,10 +484,12 @@ class _Drawing:
             weights[j] = 0.0
             c = cos(heading)
             s = sin(heading)
-            ax = px + g * c                 # the next paddle starts `margin` after the pivot
-            ay = py + g * s
-            bx = ax + L * c
-            by = ay + L * s
+            # the next paddle starts `margin` after the pivot; it is drawn from its far end, which
+            # lies on a whole pixel, to the near end on the fine grid (see paddle_patch)
+            bx = math.floor(px + (g + L) * c + 0.5)
+            by = math.floor(py + (g + L) * s + 0.5)
+            ax = bx + math.ceil(-L * c * scale) / scale
+            ay = by + math.ceil(-L * s * scale) / scale
             # _fits(ax, ay, bx, by, remaining)
             if not (lo <= ax <= hi and lo <= ay <= hi and lo <= bx <= hi and lo <= by <= hi):
                 continue
@@ -507,7 +585,7 @@ class _Drawing:
                     break
             if blocked:
                 continue
-            at = sc.add(ax, ay, bx, by, radius, snake)
+            at = sc.add(ax, ay, bx, by, radius, snake, anchor_end=True)
             return (bx, by, heading, at)
         return None
 
@@ -565,7 +643,8 @@ class _Drawing:
         x0 = self.rng.uniform(lo, hi)
         y0 = self.rng.uniform(lo, hi)
         phi = self.rng.uniform(-math.pi, math.pi)
-        tips = [(x0, y0), (x0 + sd * math.cos(phi), y0 + sd * math.sin(phi))]
+        tips = [(_half_up(x0), _half_up(y0)),
+                (_half_up(x0 + sd * math.cos(phi)), _half_up(y0 + sd * math.sin(phi)))]
         if not (self.lo <= tips[1][0] <= self.hi and self.lo <= tips[1][1] <= self.hi):
             return None
         origin = self.rng.randrange(2)                      # which target gets the origin marker
@@ -574,7 +653,10 @@ class _Drawing:
             return None
         snakes = []
         for snake, tip in enumerate(tips):
-            st = self.first_paddle([tip] * 8, snake, p.contour_length, exempt=tuple(self.markers.get(snake, ())))
+            # the first target starts in the seed window; the second one anywhere (as the original)
+            headings = [self.rng.uniform(*self.seed_window) for _ in range(8)] if snake == 0 else None
+            st = self.first_paddle([tip] * 8, snake, p.contour_length,
+                                   exempt=tuple(self.markers.get(snake, ())), headings=headings)
             if st is None:
                 return None
             snakes.append([st])
@@ -594,15 +676,22 @@ class _Drawing:
         return ends
 
     def distractors(self) -> int:
-        """Short snakes at random free places; one that cannot be completed is dropped."""
+        """Short snakes at random free places; one that cannot be completed is dropped. Each try
+        draws one uniform direction for the first paddle; outside the seed window the try fails,
+        inside it the paddle goes to the first of 16 random places where it fits (the original
+        drew one place among all that fit)."""
         p = self.p
         placed = 0
         rand = self.rng.uniform
+        lo_window, hi_window = self.seed_window
         for k in range(p.num_distractors):
             snake = 2 + k
             for _ in range(p.max_distractor_tries):
+                theta = rand(-math.pi, math.pi)
+                if not lo_window <= theta < hi_window:
+                    continue
                 tips = [(rand(self.lo, self.hi), rand(self.lo, self.hi)) for _ in range(16)]
-                st = self.first_paddle(tips, snake, p.distractor_length)
+                st = self.first_paddle(tips, snake, p.distractor_length, headings=[theta] * 16)
                 if st is None:
                     continue
                 states = [st]
@@ -614,43 +703,88 @@ class _Drawing:
         return placed
 
 
-def render(shapes: np.ndarray, radius: np.ndarray, intensity: np.ndarray, size: int) -> np.ndarray:
-    """Anti-aliased strokes: coverage = clip(radius + 0.5 - distance, 0, 1) x intensity, the
-    maximum over shapes. `shapes` (S, 4) holds ax, ay, bx, by in pixel coordinates."""
-    img = np.zeros(size * size, dtype=np.float64)
-    if len(shapes) == 0:
-        return img.reshape(size, size)
-    ax, ay, bx, by = (shapes[:, j][:, None, None] for j in range(4))
-    r = radius[:, None, None]
-    x0 = np.floor(np.minimum(shapes[:, 0], shapes[:, 2]) - radius - 1).astype(np.int64)
-    y0 = np.floor(np.minimum(shapes[:, 1], shapes[:, 3]) - radius - 1).astype(np.int64)
-    extent = np.maximum(np.abs(shapes[:, 2] - shapes[:, 0]), np.abs(shapes[:, 3] - shapes[:, 1]))
-    patch = int(np.ceil(float(np.max(extent + 2 * radius)))) + 3
-    offs = np.arange(patch)
-    xs = (x0[:, None] + offs)[:, None, :]            # (S, 1, P)
-    ys = (y0[:, None] + offs)[:, :, None]            # (S, P, 1)
-    dx = bx - ax
-    dy = by - ay
-    len2 = dx * dx + dy * dy
-    inv = np.divide(1.0, len2, out=np.zeros_like(len2), where=len2 > 0)
-    t = np.clip(((xs - ax) * dx + (ys - ay) * dy) * inv, 0.0, 1.0)
-    ex = ax + t * dx - xs
-    ey = ay + t * dy - ys
-    cov = np.clip(r + 0.5 - np.sqrt(ex * ex + ey * ey), 0.0, 1.0) * intensity[:, None, None]
-    xs_b = np.broadcast_to(xs, cov.shape)
-    ys_b = np.broadcast_to(ys, cov.shape)
-    keep = (cov > 0) & (xs_b >= 0) & (xs_b < size) & (ys_b >= 0) & (ys_b < size)
-    np.maximum.at(img, (ys_b[keep] * size + xs_b[keep]), cov[keep])
-    return img.reshape(size, size)
+# --------------------------------------------------------------------------------------------
+# Rendering (see "How an image is rendered" above)
+# --------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def paddle_patch(length: int, thickness: float, margin: int, scale: int, dx: int, dy: int) -> np.ndarray:
+    """One paddle as the original renders it: a hard-edged line from the centre of a fine canvas to
+    (centre + dx, centre + dy) fine pixels, Lanczos-shrunk to (2k+1) x (2k+1) pixels and quantised
+    to 8 bits; returned as read-only float64 in [0, 1] whose centre pixel (k, k) is the anchor.
+    Paddles differ only in (dx, dy), a few dozen values per preset, hence the cache."""
+    k = length + math.ceil(thickness) + margin
+    fine = 2 * k * scale + 1
+    centre = k * scale
+    canvas = Image.new("L", (fine, fine), 0)
+    ImageDraw.Draw(canvas).line([(centre, centre), (centre + dx, centre + dy)], fill=255,
+                                width=_half_up(thickness * scale))
+    small = canvas.resize((2 * k + 1, 2 * k + 1), Image.Resampling.LANCZOS)
+    patch = np.asarray(small, dtype=np.float64) / 255.0
+    patch.flags.writeable = False
+    return patch
+
+
+def marker_patch(cx: int, cy: int, radius: float, scale: int, size: int) -> tuple[int, int, np.ndarray]:
+    """A marker centred on pixel (cx, cy): the fine-canvas disk of `radius * scale` fine pixels
+    around fine pixel (cx * scale, cy * scale), Lanczos-shrunk and quantised to 8 bits. Returns
+    (top, left, patch). Only a window of the canvas is resized: it reaches far enough beyond the
+    disk (Lanczos reads 3 output pixels either side) that every pixel the disk touches sees the
+    same input as on the whole canvas, and it is cut at the image border where the canvas is."""
+    reach = math.ceil(radius) + 7
+    x0, x1 = max(0, cx - reach), min(size, cx + reach + 1)
+    y0, y1 = max(0, cy - reach), min(size, cy + reach + 1)
+    xs = np.arange(x0 * scale, x1 * scale) - cx * scale
+    ys = np.arange(y0 * scale, y1 * scale) - cy * scale
+    disk = (xs[None, :] ** 2 + ys[:, None] ** 2) <= (radius * scale) ** 2
+    canvas = Image.fromarray(disk.astype(np.uint8) * 255)
+    small = canvas.resize((x1 - x0, y1 - y0), Image.Resampling.LANCZOS)
+    return y0, x0, np.asarray(small, dtype=np.float64) / 255.0
+
+
+def _stamp(img: np.ndarray, patch: np.ndarray, top: int, left: int, value: float) -> None:
+    """img = max(img, value * patch) with the patch's corner at (top, left), cut at the border."""
+    h, w = patch.shape
+    y0, x0 = max(top, 0), max(left, 0)
+    y1, x1 = min(top + h, img.shape[0]), min(left + w, img.shape[1])
+    if y0 >= y1 or x0 >= x1:
+        return
+    region = img[y0:y1, x0:x1]
+    np.maximum(region, patch[y0 - top:y1 - top, x0 - left:x1 - left] * value, out=region)
+
+
+def render(scene: _Scene, params: PathfinderParams, margin: int) -> np.ndarray:
+    """The float image of the live shapes of `scene` (before bytescaling): paddles of the target
+    snakes (owners 0 and 1) at snake_contrast * paddle_contrast, distractors at snake_contrast,
+    markers at 1.0."""
+    p = params
+    scale = p.antialias_scale
+    length = int(p.paddle_length)
+    k = length + math.ceil(p.paddle_thickness) + margin
+    img = np.zeros((p.size, p.size), dtype=np.float64)
+    for i in scene.live():
+        ax, ay, bx, by = scene.shapes[i][:4]
+        if scene.is_marker[i]:
+            top, left, patch = marker_patch(_half_up(ax), _half_up(ay), p.marker_radius, scale, p.size)
+            _stamp(img, patch, top, left, 1.0)
+            continue
+        if scene.anchor_end[i]:
+            ax, ay, bx, by = bx, by, ax, ay
+        # the geometry already put the anchor on a whole pixel and the other end on the fine grid
+        patch = paddle_patch(length, p.paddle_thickness, margin, scale,
+                             _half_up((bx - ax) * scale), _half_up((by - ay) * scale))
+        contrast = p.snake_contrast * (p.paddle_contrast if scene.owner[i] < 2 else 1.0)
+        _stamp(img, patch, _half_up(ay) - k, _half_up(ax) - k, contrast)
+    return img
 
 
 def to_uint8(img: np.ndarray) -> np.ndarray:
-    """Stretch to the full 0..255 range (min -> 0, max -> 255), as the original's imsave did."""
+    """Bytescale: min -> 0, max -> 255, rounded half up (what the original's imsave did to a float
+    image); a constant image becomes 0."""
     lo = float(img.min())
     hi = float(img.max())
     if hi <= lo:
         return np.zeros(img.shape, dtype=np.uint8)
-    return np.rint((img - lo) * (255.0 / (hi - lo))).astype(np.uint8)
+    return np.floor((img - lo) * (255.0 / (hi - lo)) + 0.5).clip(0, 255).astype(np.uint8)
 
 
 @dataclasses.dataclass
@@ -672,12 +806,7 @@ def generate_sample(params: PathfinderParams, seed: int, split: str, index: int)
         if markers is None:
             continue
         placed = drawing.distractors()
-        sc = drawing.scene
-        live = sc.live()
-        shapes = np.array([sc.shapes[i][:4] for i in live], dtype=np.float64).reshape(-1, 4)
-        radius = np.array([sc.shapes[i][7] for i in live], dtype=np.float64)
-        intensity = np.array([1.0 if sc.is_marker[i] else params.snake_contrast for i in live])
-        img = render(shapes, radius, intensity, params.size)
+        img = render(drawing.scene, params, drawing.margin)
         return Sample(to_uint8(img), label, markers, placed, drawing.margin)
     raise RuntimeError(f"could not draw a Pathfinder image with {params} in 1000 attempts; "
                        "the parameters leave no room for two target contours")
