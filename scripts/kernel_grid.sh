@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The attention-kernel grid on one GPU: our dense and block-sparse kernels against PyTorch's SDPA
+# back-ends, FlexAttention and the materialised softmax; the approximate baselines; attention dropout.
+# bf16, B·N = 16K tokens, hidden 2,048, not causal; medians of triton.testing.do_bench.
+#
+#   scripts/kernel_grid.sh OUT [MINUTES]
+#
+# Writes OUT/<part>.{csv,md,meta.json} and OUT/kernel_tflops.{png,pdf}. Every part resumes
+# (`--resume` keeps the measured cells); with MINUTES no new cell starts after the deadline, and
+# running the same command again measures what is missing.
+set -euo pipefail
+OUT=${1:?usage: scripts/kernel_grid.sh OUT [MINUTES]}
+source "$(dirname "$0")/budget.sh"
+budget_start "${2:-}"
+
+# `lra bench kernels` with the settings of every part, the resume flag and the time left.
+bench() {
+  budget_spent && budget_stop
+  local budget=()
+  [[ -n "$BUDGET_DEADLINE" ]] && budget=(--time-budget "$(budget_left_s)")
+  ${LRA:-lra} bench kernels --out "$OUT" --resume --warmup 10 --rep 50 "${budget[@]}" "$@"
+}
+
+LENGTHS=1k,2k,4k,8k,16k,32k,64k
+
+# dense: d = 32, 64, 128, N = 1K-64K, every implementation
+bench --name dense --flex-dynamic --head-dims 32,64,128 --seq-lens "$LENGTHS" \
+  --sparse-layouts none --approx none
+
+# block-sparse vs FlexAttention with the identical block mask, and our dense kernel for the ratio
+bench --name block_sparse --flex-dynamic --impls ours --head-dims 32,64 --seq-lens "$LENGTHS" \
+  --sparse-layouts bigbird,local,butterfly --sparse-head-dims 32,64 --sparse-seq-lens "$LENGTHS" \
+  --approx none
+
+# approximate baselines (Performer, Linformer, BigBird through the registry)
+bench --name approx --head-dims '' --sparse-layouts none \
+  --approx performer,linformer,bigbird --approx-seq-lens 1k,4k,16k --approx-head-dims 32,64
+
+# attention dropout 0.1: ours against SDPA flash and cuDNN
+bench --name dropout --dropout 0.1 --impls ours,sdpa_flash,sdpa_cudnn --head-dims 32,64 \
+  --seq-lens 1k,4k,16k --sparse-layouts none --approx none
+
+budget_spent && budget_stop
+${LRA:-lra} plot kernels --kernels "$OUT/dense.csv" --out "$OUT"
+echo "kernel grid complete: $OUT" >&2

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The LRA accuracy table of record: ListOps and Pathfinder-32 with the published setting (`paper`
+# preset) for every attention and three seeds, then the tables and figures.
+#
+#   scripts/lra_table.sh OUT [MINUTES]
+#
+# Data in $DATA (default OUT/data; generated once, reused), runs in OUT/runs, tables in
+# OUT/table.{md,tex} and OUT/table-{accuracy,efficiency}.csv, figures in OUT/plots. RUNS_PER_GPU
+# runs share each GPU (default 7). With MINUTES every run stops resumably at the deadline; running
+# the same command again skips completed runs and resumes the others from their last checkpoint.
+set -euo pipefail
+OUT=${1:?usage: scripts/lra_table.sh OUT [MINUTES]}
+source "$(dirname "$0")/budget.sh"
+budget_start "${2:-}"
+DATA=${DATA:-$OUT/data}
+RUNS=$OUT/runs
+RUNS_PER_GPU=${RUNS_PER_GPU:-7}
+
+# data: ListOps (96,000 / 2,000 / 2,000 expressions) and Pathfinder-32 (200,000 hard images, 80/10/10)
+${LRA:-lra} data generate listops --out "$DATA"
+${LRA:-lra} data generate pathfinder32 --out "$DATA"
+
+budget_spent && budget_stop
+budget=()
+[[ -n "$BUDGET_DEADLINE" ]] && budget=(--budget-minutes "$(budget_left_min)")
+sweep_rc=0
+${LRA:-lra} sweep --preset paper --tasks listops pathfinder32 \
+  --attentions softmax sdpa flash flash_sparse performer linformer bigbird --seeds 0 1 2 \
+  --runs-per-gpu "$RUNS_PER_GPU" "${budget[@]}" --runs-dir "$RUNS" --data-dir "$DATA" || sweep_rc=$?
+
+# tables and figures of what has completed (a partial table says n = completed seeds per cell)
+${LRA:-lra} table --runs "$RUNS" --out "$OUT/table.md"
+${LRA:-lra} table --runs "$RUNS" --format csv --out "$OUT/table.csv"
+${LRA:-lra} table --runs "$RUNS" --format latex --out "$OUT/table.tex"
+${LRA:-lra} plot --runs "$RUNS" --out "$OUT/plots"
+budget_spent && budget_stop
+# a failed or out-of-memory run is in its record and the tables; the sweep retries it when rerun
+(( sweep_rc == 0 )) || exit "$sweep_rc"
+echo "LRA table complete: $OUT/table.md" >&2
