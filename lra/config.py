@@ -8,8 +8,9 @@ A run is fully described by one `RunConfig`, resolved in three layers, later one
    `optim.lr=3e-4`, `train.max_steps=200`, `data.seq_len=512`, or `attention.<option>=value` for the
    options of the chosen attention (those are typed and checked by the attention registry).
 
-Values are converted to the field's declared type; unknown keys and values that do not fit are a
-`ValueError` that names the key, the value and what would be accepted.
+Values are converted to the field's declared type by `lra.coercion.coerce` (the rules the attention
+options follow too); unknown keys and values that do not fit are a `ValueError` that names the key,
+the value and what would be accepted.
 """
 from __future__ import annotations
 
@@ -17,14 +18,14 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional
 
 import yaml
 
+from lra.coercion import coerce
 from lra.records import RECORD_NAME
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -231,78 +232,6 @@ class RunLocation:
 SECTION_TYPES = {"model": ModelConfig, "optim": OptimConfig, "data": DataConfig, "train": TrainConfig}
 
 
-# ---- type conversion ------------------------------------------------------------------------------
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-_NONE = {"none", "null", "auto", "~", ""}
-
-
-def _describe(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " | ".join(_describe(a) for a in args) + " | auto/none"
-    return getattr(tp, "__name__", str(tp))
-
-
-def convert_value(value: Any, tp: Any, key: str) -> Any:
-    """Convert `value` (a YAML value or a command-line string) to type `tp`; ValueError naming `key`."""
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
-            return None
-        return convert_value(value, args[0], key)
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        if value in choices:
-            return value
-        text = str(value).strip()
-        if text in choices:
-            return text
-        close = difflib.get_close_matches(text, [str(c) for c in choices], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"{key}: {value!r} is not one of {_describe(tp)}{hint}")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise ValueError(f"{key}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise ValueError(f"{key}: expected an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        try:
-            number = float(value) if not isinstance(value, str) else float(value.strip().replace("_", ""))
-        except (TypeError, ValueError):
-            raise ValueError(f"{key}: expected an integer, got {value!r}") from None
-        if not number.is_integer():
-            raise ValueError(f"{key}: expected an integer, got {value!r}")
-        return int(number)
-    if tp is float:
-        if isinstance(value, bool):
-            raise ValueError(f"{key}: expected a number, got {value!r}")
-        try:
-            return float(value.strip() if isinstance(value, str) else value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{key}: expected a number, got {value!r}") from None
-    if tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError(f"{key}: expected a string, got {value!r}")
-    if tp is dict or origin is dict:
-        if isinstance(value, dict):
-            return dict(value)
-        raise ValueError(f"{key}: expected a mapping, got {value!r}")
-    raise TypeError(f"{key}: unsupported config field type {tp!r}")  # our own bug, not user input
-
-
 def _field_types(cls) -> dict:
     return typing.get_type_hints(cls)
 
@@ -322,7 +251,7 @@ def _build_section(name: str, values: dict, *, where: str):
     for key, value in values.items():
         if key not in hints:
             raise ValueError(f"{where}: {_unknown_key(f'{name}.{key}', [f'{name}.{k}' for k in hints])}")
-        kwargs[key] = convert_value(value, hints[key], f"{name}.{key}")
+        kwargs[key] = coerce(value, hints[key], f"{name}.{key}")
     return cls(**kwargs)
 
 
@@ -422,7 +351,7 @@ def resolve(task: str, attention: str, *, preset: str = "paper", seed: int = 0,
                 raise _unknown_key(key, _all_keys())
             values[head][rest] = value
         elif key in TOP_LEVEL_OVERRIDES and not rest:
-            top[key] = convert_value(value, TOP_LEVEL_OVERRIDES[key], key)
+            top[key] = coerce(value, TOP_LEVEL_OVERRIDES[key], key)
         else:
             raise _unknown_key(key, _all_keys())
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from lra import attention as registry
-from lra.config import (PRESET_DIR, RunConfig, convert_value, load_preset, parse_overrides,
+from lra.config import (PRESET_DIR, RunConfig, load_preset, parse_overrides,
                         preset_names, preset_tasks, resolve)
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder32", "pathfinder64", "pathx", "path256")
@@ -74,9 +74,9 @@ def test_overrides_are_typed():
     ("model.dim=abc", "model.dim: expected an integer"),
     ("model.dim=2.5", "model.dim: expected an integer"),
     ("optim.lr=fast", "optim.lr: expected a number"),
-    ("model.pooling=max", "'max' is not one of 'mean' | 'cls'"),
+    ("model.pooling=max", "model.pooling: expected one of 'mean', 'cls', got 'max'"),
     ("optim.schedule=cosin", "did you mean 'cosine'"),
-    ("train.deterministic=maybe", "expected true/false"),
+    ("train.deterministic=maybe", "expected true or false"),
     ("attention.nb_featurez=3", "unknown option(s) 'nb_featurez'"),
     ("attention.nb_features=many", "nb_features"),
     ("attention.dropout=0.5", "use model.attention_dropout"),
@@ -153,16 +153,14 @@ def test_round_trip_through_dict_and_yaml():
         RunConfig.from_dict({**c.to_dict(), "model": {"width": 3}})
 
 
-def test_conversion_helpers():
-    from typing import Literal, Optional
-
-    assert convert_value("1_000", int, "k") == 1000
-    assert convert_value("off", bool, "k") is False
-    assert convert_value("auto", Optional[int], "k") is None
-    assert convert_value(3, float, "k") == 3.0 and isinstance(convert_value(3, float, "k"), float)
-    assert convert_value("b", Literal["a", "b"], "k") == "b"
-    with pytest.raises(ValueError, match="k: expected an integer, got True"):
-        convert_value(True, int, "k")
+def test_overrides_are_converted_to_the_field_types_by_the_shared_rules():
+    config = resolve("listops", "softmax", preset="smoke",
+                     overrides=["train.max_steps=1_000", "train.compile=off", "train.limit_val_batches=auto",
+                                "optim.lr=3", "seed=2"])
+    assert config.train.max_steps == 1000 and config.train.compile is False
+    assert config.train.limit_val_batches is None and config.optim.lr == 3.0 and config.seed == 2
+    with pytest.raises(ValueError, match="train.max_steps: expected an integer, got '2.5'"):
+        resolve("listops", "softmax", preset="smoke", overrides=["train.max_steps=2.5"])
     assert parse_overrides(["a.b = 3"]) == [("a.b", "3")]
 
 
