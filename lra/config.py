@@ -124,6 +124,9 @@ class TrainConfig:
     accumulate_grad_batches: int = 1
     precision: str = "auto"          # auto = bf16-mixed on CUDA (16-mixed without bf16), 32-true on CPU
     compile: Optional[bool] = None   # torch.compile the model; None = auto (on with CUDA)
+    # torch.compile's mode (COMPILE_MODES), used only when the model is compiled; a speed setting,
+    # not part of the run id
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     throughput_warmup_steps: int = 10  # steps left out of the throughput / step-time figures
     devices: str = "auto"            # Lightning `devices`: auto, a count, or a list such as "0,1"
     num_nodes: int = 1
@@ -208,7 +211,7 @@ def identity_of(config: dict) -> dict:
     model = out.get("model") or {}
     if model.get("pixel_embedding", "token") == "token":  # likewise
         model.pop("pixel_embedding", None)
-    for key in ("compile", "throughput_warmup_steps"):  # speed and how it is measured, not results
+    for key in ("compile", "compile_mode", "throughput_warmup_steps"):  # speed and its measurement, not results
         train.pop(key, None)
     return out
 
@@ -329,7 +332,7 @@ def resolve(task: str, attention: str, *, preset: str = "paper", seed: int = 0,
             attention_options: dict | None = None, runs_dir: str | Path | None = None,
             data_dir: str | Path | None = None, devices: str | int | None = None,
             num_nodes: int | None = None, strategy: str | None = None,
-            compile: bool | None = None) -> RunConfig:
+            compile: bool | None = None, compile_mode: str | None = None) -> RunConfig:
     """Defaults <- preset section <- overrides (and the explicit keyword arguments, which win)."""
     section = load_preset(task, preset)
     where = f"{preset_path(task).name} [{preset}]"
@@ -362,7 +365,7 @@ def resolve(task: str, attention: str, *, preset: str = "paper", seed: int = 0,
     if data_dir is not None:
         values["data"]["data_dir"] = str(data_dir)
     for key, value in (("devices", devices), ("num_nodes", num_nodes), ("strategy", strategy),
-                       ("compile", compile)):
+                       ("compile", compile), ("compile_mode", compile_mode)):
         if value is not None:
             values["train"][key] = value
 
@@ -391,6 +394,9 @@ def resolve_attention_options(attention: str, options: dict) -> dict:
                          "model; use " + ", ".join(MODEL_SET_OPTIONS[c] for c in clash) + " instead")
     return registry.resolve_options(attention, **options)
 
+
+# `train.compile_mode`: the modes of torch.compile(mode=...).
+COMPILE_MODES = typing.get_args(typing.get_type_hints(TrainConfig)["compile_mode"])
 
 # `train.precision`: auto (see lra.train.resolve_runtime) or a value Lightning's Trainer accepts.
 PRECISIONS = ("auto", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
@@ -483,6 +489,9 @@ def validate(config: RunConfig) -> None:
         if o.min_lr_ratio != 0.0:
             raise ValueError(f"optim.min_lr_ratio={o.min_lr_ratio} does not apply to optim.schedule=onecycle "
                              "(its final lr is lr/25/1e4, as in torch's OneCycleLR); leave it at 0")
+    if t.compile_mode not in COMPILE_MODES:
+        raise ValueError(f"train.compile_mode: {t.compile_mode!r} is not one of {', '.join(COMPILE_MODES)} "
+                         "(torch.compile's modes)")
     if t.precision not in PRECISIONS:
         raise ValueError(f"train.precision: {t.precision!r} is not one of {', '.join(PRECISIONS)}")
     parse_devices(t.devices)

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from lra import attention as registry
-from lra.config import (PRESET_DIR, RunConfig, load_preset, parse_overrides,
-                        preset_names, preset_tasks, resolve)
+from lra.config import (PRESET_DIR, RunConfig, load_preset, parse_overrides, preset_names, preset_tasks, resolve,
+                        validate)
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder32", "pathfinder64", "pathx", "path256")
 
@@ -129,6 +129,25 @@ def test_run_id_is_deterministic_and_tracks_what_matters(tmp_path):
                     resolve("listops", "performer", preset="smoke", overrides=["attention.nb_features=8"])):
         assert changed.run_id() != base.run_id()
     assert base.run_dir() == Path("runs") / "listops" / "performer" / base.run_id()
+
+
+def test_compile_mode_is_checked_and_a_speed_setting_outside_the_run_id():
+    from lra.config import COMPILE_MODES
+
+    base = resolve("listops", "softmax", preset="smoke")
+    assert base.train.compile_mode == "default"
+    assert COMPILE_MODES == ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    for mode in COMPILE_MODES:
+        config = resolve("listops", "softmax", preset="smoke", compile=True, overrides=[f"train.compile_mode={mode}"])
+        assert config.train.compile_mode == mode and config.run_id() == base.run_id()
+    assert resolve("listops", "softmax", preset="smoke", compile_mode="max-autotune").train.compile_mode == "max-autotune"
+    with pytest.raises(ValueError, match="train.compile_mode: expected one of 'default', 'reduce-overhead'.*"
+                                         "got 'max_autotune'; did you mean 'max-autotune'"):
+        resolve("listops", "softmax", preset="smoke", overrides=["train.compile_mode=max_autotune"])
+    bad = resolve("listops", "softmax", preset="smoke")
+    bad.train.compile_mode = "fastest"
+    with pytest.raises(ValueError, match="train.compile_mode: 'fastest' is not one of default, reduce-overhead"):
+        validate(bad)
 
 
 def test_pathfinder_difficulty_is_data_config_and_changes_ids_only_when_set():

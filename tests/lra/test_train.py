@@ -287,6 +287,35 @@ def test_a_bad_lra_stop_at_is_a_clear_error_before_anything_is_written(tmp_path,
     assert not config.run_dir().exists()
 
 
+def test_compile_mode_reaches_torch_compile_and_leaves_the_run_id(tmp_path, data_dir, capsys, monkeypatch):
+    """--compile-mode (train.compile_mode) is torch.compile's mode; it is recorded in the run's config
+    and, being a speed setting, is not part of the run id. An unknown mode is refused before training."""
+    modes = []
+
+    def fake_compile(fn, *args, **kwargs):  # records the call; the model runs eagerly
+        modes.append(kwargs.get("mode"))
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    runs = tmp_path / "runs"
+    argv = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+            "--runs-dir", str(runs), "--data-dir", str(data_dir), "--compile"]
+    assert main([*argv, "--compile-mode", "reduce-overhead", *FAST]) == 0, capsys.readouterr().err
+    assert modes and set(modes) == {"reduce-overhead"}
+    rec = only_record(runs)
+    assert rec["compile"] is True and rec["config"]["train"]["compile_mode"] == "reduce-overhead"
+    plain = resolve("listops", "softmax", preset="smoke", seq_len=64, overrides=FAST)
+    assert rec["run_id"] == plain.run_id()
+
+    modes.clear()
+    assert main([*argv, "--force", *FAST, "train.compile_mode=max-autotune"]) == 0, capsys.readouterr().err
+    assert set(modes) == {"max-autotune"}
+    capsys.readouterr()
+    assert main([*argv, "--force", "--compile-mode", "fastest", *FAST]) == 2
+    assert "train.compile_mode: expected one of 'default', 'reduce-overhead'" in capsys.readouterr().err
+    assert set(modes) == {"max-autotune"}  # nothing else was compiled
+
+
 def _python_output(code: str) -> str:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[2])
