@@ -25,6 +25,8 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
+from lra.checkpoints import save_checkpoint_atomically
+
 GIB = 2**30
 
 
@@ -178,18 +180,6 @@ class ValidateAtEnd(pl.Callback):
         step = trainer.global_step
         if trainer.max_steps > 0 and step >= trainer.max_steps and step % self.val_check_interval:
             trainer.should_stop = True
-
-
-def save_checkpoint_atomically(trainer: pl.Trainer, path: Path) -> None:
-    """`trainer.save_checkpoint` to a temporary file renamed over `path`: a process killed while
-    writing leaves the previous checkpoint intact. Collective under DDP, like save_checkpoint."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    if trainer.is_global_zero:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    trainer.save_checkpoint(tmp)
-    if trainer.is_global_zero:
-        os.replace(tmp, path)
 
 
 def completed_batches(trainer: pl.Trainer) -> int | None:

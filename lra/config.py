@@ -135,7 +135,7 @@ class TrainConfig:
     # our kernels, bit-reproducible but slower (kernels.ops: the default backward sums dQ atomically)
     deterministic: bool = False
     # Start from the weights of this `lra train` checkpoint (a smaller image's grid positions are
-    # upsampled by duplication: Path-64 -> Path-X / Path-256); see `lra.transfer`.
+    # upsampled by duplication: Path-64 -> Path-X / Path-256); see `lra.checkpoint_transfer`.
     init_from: Optional[str] = None
 
 

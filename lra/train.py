@@ -33,8 +33,9 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra import provenance
-from lra.callbacks import (BestAndLastCheckpoint, RngState, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd,
-                           save_checkpoint_atomically)
+from lra.checkpoint_transfer import InitialWeights, check_compatible, read_checkpoint
+from lra.callbacks import BestAndLastCheckpoint, RngState, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd
+from lra.checkpoints import save_checkpoint_atomically
 from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
@@ -323,8 +324,6 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
                          f"or --force to start it over")
     resume_from = str(last) if resume and last.exists() else None
     if config.train.init_from:
-        from lra.transfer import InitialWeights, check_compatible, read_checkpoint
-
         # An incompatible checkpoint is a clear error before anything is written; the weights are
         # loaded when a fresh fit starts. A resumed run restores its own weights from last.ckpt, so
         # the initial checkpoint may be absent then (a run tree carried to another machine without

@@ -239,7 +239,7 @@ def test_a_run_killed_without_a_graceful_stop_resumes_from_its_last_validation(t
     save_last), so a hard kill (SIGKILL: no exception handler runs) loses only the steps since the
     last validation; the checkpoint's callback state still names the best checkpoint."""
     from lra import callbacks
-    from lra.transfer import stage_checkpoint
+    from lra.checkpoints import run_checkpoint
 
     monkeypatch.setattr(callbacks.SaveOnInterrupt, "on_exception", lambda *args: None)  # as under SIGKILL
     config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
@@ -252,7 +252,7 @@ def test_a_run_killed_without_a_graceful_stop_resumes_from_its_last_validation(t
     assert not list(ckpt_dir.glob("*.tmp"))
     states = [v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint")]
     assert len(states) == 1 and Path(states[0]["best_model_path"]).name in {p.name for p in ckpt_dir.glob("best-*.ckpt")}
-    assert stage_checkpoint(config.run_dir(), "best").name == Path(states[0]["best_model_path"]).name
+    assert run_checkpoint(config.run_dir(), "best").name == Path(states[0]["best_model_path"]).name
     counter = CountBatches()
     rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
     assert counter.steps == [10, 11, 12] and rec["status"] == "completed"
