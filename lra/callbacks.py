@@ -355,7 +355,9 @@ class SaveOnInterrupt(pl.Callback):
         self._before_fetch = (done, resumed) if resumed is not None and done is not None else None
 
     def on_train_epoch_start(self, trainer, pl_module):
-        self._before_fetch = (0, {})  # the empty state: a whole pass over the epoch
+        # the position after the previous epoch's last batch resumes with this epoch whole
+        # (tasks.resumable_loader.EpochSampler); before the first epoch: the empty state, no position
+        self._before_fetch = (0, self._before_fetch[1] if self._before_fetch is not None else {})
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         loader = self._loader(trainer)

@@ -587,6 +587,27 @@ def test_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(tmp_p
     assert not [w for w in caught if "not resumable" in str(w.message)]
 
 
+@pytest.mark.parametrize("interrupt", ["crash after batch 9", "ctrl-c in batch 7"])
+def test_resume_with_loader_worker_processes_trains_on_exactly_the_batches_of_an_uninterrupted_one(
+        tmp_path, data_dir, interrupt):
+    """With DataLoader workers the resumed loader draws its first indices before Lightning sets the
+    epoch: the saved position carries its epoch (second epoch here: 6 batches an epoch)."""
+    overrides = [*FAST, "train.max_steps=11", "train.val_check_interval=5", "data.num_workers=2"]
+    whole = RecordBatches()
+    train(resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "whole",
+                  data_dir=data_dir, overrides=overrides), callbacks=[whole], progress_bar=False)
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "cut",
+                     data_dir=data_dir, overrides=overrides)
+    before, after = RecordBatches(), RecordBatches()
+    stop, trained = ((Crash(9, RuntimeError("power cut")), 9) if interrupt.startswith("crash")
+                     else (InterruptAtBatch(7, "start"), 6))
+    with pytest.raises((RunFailed, SystemExit)):
+        train(config, callbacks=[before, stop], progress_bar=False)
+    rec = train(config, resume=True, callbacks=[after], progress_bar=False)
+    assert rec["status"] == "completed" and rec["steps"] == 11
+    assert before.digests[:trained] + after.digests == whole.digests
+
+
 def test_max_minutes_stops_training_by_wall_clock(tmp_path, data_dir, capsys):
     """train.max_minutes (Lightning's max_time) ends the loop early; the run is still completed and
     tested, and its record says how many steps it made."""

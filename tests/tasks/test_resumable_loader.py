@@ -64,7 +64,7 @@ def test_state_round_trip_skips_exactly_the_consumed_batches(world, rank, num_wo
     state = interrupted.state_dict()
     assert seen == full[:2]
 
-    resumed = loader(**kw)  # a fresh process; Lightning sets the epoch from its own progress
+    resumed = loader(**{**kw, "epoch": 0})  # a fresh process: the epoch comes from the state
     resumed.load_state_dict(state)
     assert batches(resumed) == full[2:]
     if num_workers == 0:  # the skipped examples are never loaded
@@ -78,14 +78,17 @@ def test_state_saved_after_the_last_batch_resumes_with_a_whole_next_epoch():
     it = iter(done)
     for _ in range(len(done)):  # Lightning stops at the known length, before StopIteration
         next(it)
-    resumed = loader(epoch=5)
+    resumed = loader()
     resumed.load_state_dict(done.state_dict())
     assert batches(resumed) == batches(loader(epoch=5))
+    assert resumed.sampler.epoch == 5
 
 
 def test_bad_state_and_drop_last_are_clear_errors():
     with pytest.raises(ValueError, match="negative"):
-        loader().sampler.load_state_dict({"yielded": -1})
+        loader().sampler.load_state_dict({"yielded": -1, "epoch": 0})
+    with pytest.raises(ValueError, match="needs an integer 'epoch'"):
+        loader().sampler.load_state_dict({"yielded": 3})
     with pytest.raises(ValueError, match="drop_last"):
         loader(drop_last=True)
 
