@@ -43,7 +43,7 @@ class TrainingStats(pl.Callback):
         self.monitor = monitor
         self.verbose = verbose
         # Persistent state (checkpointed).
-        self.elapsed_before = 0.0      # wall seconds of earlier sessions of this run
+        self.elapsed_before = 0.0      # wall seconds of this run before its latest (re)start
         self.train_time_s = 0.0        # measured training time (warm-up and validation excluded)
         self.measured_batches = 0
         self.measured_samples = 0
@@ -53,10 +53,10 @@ class TrainingStats(pl.Callback):
         self.best_step: int | None = None
         self.time_to_best_s: float | None = None
         self.peak_mem_bytes: int | None = None
-        # Per-session state.
+        # State of the latest (re)start.
         self._t0: float | None = None
         self._mark: float | None = None
-        self._session_batches = 0
+        self._batches_this_start = 0
         self._batch_samples = 0
         self._batch_tokens = 0
         self._accumulate = 1
@@ -76,7 +76,7 @@ class TrainingStats(pl.Callback):
     # ---- hooks --------------------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module):
         self._t0 = time.perf_counter()
-        self._session_batches = 0
+        self._batches_this_start = 0
         self._accumulate = max(1, int(trainer.accumulate_grad_batches))
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
@@ -85,7 +85,7 @@ class TrainingStats(pl.Callback):
         ids = batch["input_ids"]
         self._batch_samples = int(ids.shape[0]) * trainer.world_size
         self._batch_tokens = int(ids.numel()) * trainer.world_size
-        measuring = self._session_batches >= self.warmup_steps * self._accumulate
+        measuring = self._batches_this_start >= self.warmup_steps * self._accumulate
         if measuring and self._mark is None:
             _sync(trainer)
             self._mark = time.perf_counter()
@@ -95,7 +95,7 @@ class TrainingStats(pl.Callback):
             self.measured_batches += 1
             self.measured_samples += self._batch_samples
             self.measured_tokens += self._batch_tokens
-        self._session_batches += 1
+        self._batches_this_start += 1
 
     def on_validation_start(self, trainer, pl_module):
         if not trainer.sanity_checking:

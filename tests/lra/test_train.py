@@ -188,7 +188,7 @@ def test_resume_after_interruption_repeats_no_step(tmp_path, data_dir):
     rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
     assert counter.steps == [6, 7, 8]  # exactly the missing steps
     assert rec["status"] == "completed" and rec["steps"] == 8
-    assert [p["step"] for p in rec["val_acc_curve"]] == [3, 6, 8]  # the first session's point is kept
+    assert [p["step"] for p in rec["val_acc_curve"]] == [3, 6, 8]  # the point before the interruption is kept
     assert rec["wall_time_s"] > rec["val_acc_curve"][0]["wall_s"]
     assert load(config.run_dir() / "result.json")["status"] == "completed"
 
@@ -236,7 +236,7 @@ def test_ctrl_c_saves_the_step_and_records_the_interruption(tmp_path, data_dir):
 
 def test_a_run_killed_without_a_graceful_stop_resumes_from_its_last_validation(tmp_path, data_dir, monkeypatch):
     """last.ckpt is written after every validation, not only with a new best checkpoint (Lightning's
-    save_last), so a hard kill (SIGKILL: no exception handler runs) loses only the steps since the
+    save_last), so a hard kill (SIGKILL: no exception handler runs) loses only the steps after the
     last validation; the checkpoint's callback state still names the best checkpoint."""
     from lra import callbacks
     from lra.checkpoints import run_checkpoint
@@ -643,7 +643,7 @@ class RecordLosses(pl.Callback):
 
 
 class InterruptAtBatch(pl.Callback):
-    """Ctrl-C while the n-th training micro-batch of the session runs (`where="start"`: fetched, not
+    """Ctrl-C while the n-th training micro-batch of this fit runs (`where="start"`: fetched, not
     yet trained on) or right after it (`where="end"`)."""
 
     def __init__(self, n: int, where: str):
@@ -688,7 +688,7 @@ def _tail_from_step(rows, step):
 @pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
 def test_resumed_run_draws_the_dropout_masks_of_an_uninterrupted_one(tmp_path, data_dir):
     """The RNG state is in the checkpoint: with dropout the resumed steps' losses are exactly those of
-    the uninterrupted run (before: re-seeded at restart, the masks of the first steps again)."""
+    the uninterrupted run (re-seeded at the restart instead, it would draw the first steps' masks again)."""
     overrides = [*FAST, "train.max_steps=10", "train.val_check_interval=4", "model.dropout=0.1",
                  "model.attention_dropout=0.1"]
     whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, Crash(6, RuntimeError("power cut")))
@@ -710,8 +710,8 @@ def test_resume_from_a_validation_checkpoint_with_dropout_continues_exactly(tmp_
 
 @pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
 def test_ctrl_c_during_a_batch_trains_that_batch_after_resume(tmp_path, data_dir):
-    """A batch fetched but interrupted before it was trained on is trained on after --resume (before:
-    the loader's saved position counted it as done, and the resumed run skipped it)."""
+    """A batch fetched but interrupted before it was trained on is trained on after --resume (the
+    loader's own position counts it as consumed; the resumed run would skip it)."""
     overrides = [*FAST, "train.max_steps=10", "train.val_check_interval=4"]
     whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, InterruptAtBatch(6, "start"))
     assert step == 5
@@ -750,7 +750,7 @@ def test_ctrl_c_during_a_batch_with_accumulation_resumes_exactly(tmp_path, data_
 def test_ctrl_c_between_accumulated_micro_batches_keeps_the_validation_checkpoint(tmp_path, data_dir):
     """Interrupted after micro-batch 11 of 2-batch steps (step 6 half accumulated): no checkpoint can
     hold the half-accumulated gradient, so last.ckpt stays at the last validation (step 4) and the
-    resumed run repeats steps 5 and 6 exactly (before: it stepped on batch 12's gradient alone)."""
+    resumed run repeats steps 5 and 6 exactly (not a step on batch 12's gradient alone)."""
     overrides = [*FAST, "train.max_steps=8", "train.val_check_interval=4", "train.accumulate_grad_batches=2"]
     whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, InterruptAtBatch(11, "end"))
     assert step == 4

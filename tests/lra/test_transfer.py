@@ -304,7 +304,7 @@ def test_mini_recipe_transfers_pathfinder32_to_64_with_the_paper_model():
 
 
 def test_curriculum_recipe_chains_pathfinder32_64_pathx_with_augmentation():
-    """The chain that left chance in sessions 9-10: PF32 -> PF64 -> Path-X from best checkpoints,
+    """The chain that left chance in our runs: PF32 -> PF64 -> Path-X from best checkpoints,
     easy images and dihedral augmentation in every stage (the scratch baseline too), the paper model
     throughout, and the stages' batch sizes as measured."""
     recipe = transfer_recipe.load_recipe("pathx", "curriculum")
@@ -592,7 +592,7 @@ def test_a_run_started_from_a_checkpoint_resumes_without_it(tmp_path, capsys, mo
     assert main(fresh) == 2
     assert "p16.ckpt" in capsys.readouterr().err
 
-    # --resume naming the checkpoint by another path (session 12: a device call did): a new run id,
+    # --resume naming the checkpoint by another path: a new run id,
     # nothing to resume there -- the error says the path is part of the id
     moved = tmp_path / "elsewhere" / "p16.ckpt"
     assert main([*common[:-3], str(moved), *common[-2:], "--resume"]) == 2
