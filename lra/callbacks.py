@@ -324,7 +324,7 @@ class SaveOnInterrupt(pl.Callback):
     """On an exception during training (Ctrl-C, a crash, $LRA_STOP_AT), save `last.ckpt` at the
     current step so `--resume` repeats no finished step.
 
-    Lightning's `OnExceptionCheckpoint` does not do: it saves between the micro-batches of an
+    Lightning's `OnExceptionCheckpoint` is not enough: it saves between the micro-batches of an
     accumulated step too (whose gradients no checkpoint holds), counts a batch fetched but not
     trained as consumed in the loader's saved position, and deletes its file when a fit ends.
     Here a batch fetched but interrupted before it was trained on stays in the loader's position

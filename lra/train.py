@@ -302,7 +302,9 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     """Run one training and return its record. Bad input: ValueError before anything is written.
     A run that starts and then fails: its record is written and `RunFailed` raised."""
     _quiet_known_noise()
-    stop_at = StopAt.from_env()  # $LRA_STOP_AT: a graceful, resumable stop at a wall-clock deadline
+    # $LRA_STOP_AT: a resumable stop at a wall-clock deadline (Lightning's max_time would end the run
+    # as completed)
+    stop_at = StopAt.from_env()
     if stop_at is not None:
         callbacks = (*callbacks, stop_at)
     runtime = resolve_runtime(config)
