@@ -12,8 +12,8 @@ Options come in two kinds (docs/interfaces.md):
   num_heads, head_dim, max_len, dropout, layer_idx, seed (`AttentionContext`); an attention ignores
   what it does not need;
 - attention options, one frozen dataclass per entry (`PerformerOptions`, ...).
-Values may arrive from the CLI as strings; they are converted to the dataclass field's type (int,
-float, bool, str, Literal choices, optional `None`). Unknown names, unknown options and bad values
+Values may arrive from the CLI as strings; they are converted to the dataclass field's type by
+`lra.coercion.coerce`, the rules of config fields. Unknown names, unknown options and bad values
 raise ValueError naming the culprit and listing what is valid.
 
 Entries `flash` and `flash_sparse` wrap `kernels`, which is imported only when they are built (or
@@ -22,10 +22,9 @@ checked by `can_run`), so this registry imports even while the kernels are missi
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -39,6 +38,7 @@ from baselines.performer import FeatureType, PerformerAttention, PerformerKernel
 from baselines.sdpa import SdpaAttention, SdpaBackendName, sdpa_backend_support
 from baselines.seeding import derive_seed
 from baselines.softmax import SoftmaxAttention
+from lra.coercion import coerce, type_name
 
 __all__ = [
     "AttentionContext",
@@ -327,84 +327,8 @@ _REGISTRY: dict[str, AttentionEntry] = {
 
 
 # ----------------------------------------------------------------------------------------------
-# typed option conversion
+# typed options (values converted by lra.coercion, as config fields are)
 # ----------------------------------------------------------------------------------------------
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off"}
-
-
-def type_name(annotation: Any) -> str:
-    """Readable name of an option type: int, float | None, {'auto', 'flash', ...}."""
-    origin = typing.get_origin(annotation)
-    if origin is Literal:
-        return "{" + ", ".join(repr(c) for c in typing.get_args(annotation)) + "}"
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(type_name(a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return "None"
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def _convert(value: Any, annotation: Any, owner: str, option: str) -> Any:
-    def bad(expected: str) -> ValueError:
-        return ValueError(f"{owner}: option {option!r} expects {expected}, got {value!r}")
-
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        says_none = isinstance(value, str) and value.strip().lower() in ("none", "null", "")
-        if type(None) in args and (value is None or says_none):
-            return None
-        non_none = [a for a in args if a is not type(None)]
-        for arg in non_none:
-            try:
-                return _convert(value, arg, owner, option)
-            except ValueError:
-                continue
-        raise bad(type_name(annotation))
-    if origin is Literal:
-        choices = typing.get_args(annotation)
-        for choice in choices:
-            if value == choice or (isinstance(value, str) and value.strip() == str(choice)):
-                return choice
-        raise bad("one of " + ", ".join(repr(c) for c in choices))
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise bad("a bool (true/false)")
-    if annotation is int:
-        if isinstance(value, bool):
-            raise bad("an int")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-        raise bad("an int")
-    if annotation is float:
-        if isinstance(value, bool):
-            raise bad("a float")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise bad("a float")
-    if annotation is str:
-        if isinstance(value, str):
-            return value
-        raise bad("a string")
-    raise TypeError(f"{owner}: option {option!r} has an unsupported type {annotation!r}")  # our own bug
-
-
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -412,7 +336,7 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 def _instantiate(cls: type, values: dict[str, Any], owner: str) -> Any:
     types_ = _field_types(cls)
-    converted = {name: _convert(value, types_[name], owner, name) for name, value in values.items()}
+    converted = {name: coerce(value, types_[name], f"{owner} option {name!r}") for name, value in values.items()}
     return cls(**converted)
 
 

@@ -1,6 +1,7 @@
-"""Lightning callbacks of a training run: throughput / memory / timing statistics, validation after
-the final step, and the checkpoints a run resumes from (`last.ckpt` after every validation and at an
-interruption, written atomically, with the RNG state: `RngState`).
+"""Lightning callbacks of a training run: throughput / memory / timing statistics (`TrainingStats`),
+validation after the final step (`ValidateAtEnd`), the RNG state in checkpoints (`RngState`), a
+resumable stop at a wall-clock deadline (`StopAt`) and `last.ckpt` at an interruption
+(`SaveOnInterrupt`). The checkpoints of every validation are Lightning's (`lra.checkpoints`).
 
 `TrainingStats` measures what a run record reports:
 - training throughput in samples/s and tokens/s and the mean step time, over the training steps
@@ -15,13 +16,13 @@ padding included, because that is what the compute scales with.
 """
 from __future__ import annotations
 
+import copy
 import os
 import time
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
@@ -42,7 +43,7 @@ class TrainingStats(pl.Callback):
         self.monitor = monitor
         self.verbose = verbose
         # Persistent state (checkpointed).
-        self.elapsed_before = 0.0      # wall seconds of earlier sessions of this run
+        self.elapsed_before = 0.0      # wall seconds of this run before its latest (re)start
         self.train_time_s = 0.0        # measured training time (warm-up and validation excluded)
         self.measured_batches = 0
         self.measured_samples = 0
@@ -52,10 +53,10 @@ class TrainingStats(pl.Callback):
         self.best_step: int | None = None
         self.time_to_best_s: float | None = None
         self.peak_mem_bytes: int | None = None
-        # Per-session state.
+        # State of the latest (re)start.
         self._t0: float | None = None
         self._mark: float | None = None
-        self._session_batches = 0
+        self._batches_this_start = 0
         self._batch_samples = 0
         self._batch_tokens = 0
         self._accumulate = 1
@@ -75,7 +76,7 @@ class TrainingStats(pl.Callback):
     # ---- hooks --------------------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module):
         self._t0 = time.perf_counter()
-        self._session_batches = 0
+        self._batches_this_start = 0
         self._accumulate = max(1, int(trainer.accumulate_grad_batches))
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
@@ -84,7 +85,7 @@ class TrainingStats(pl.Callback):
         ids = batch["input_ids"]
         self._batch_samples = int(ids.shape[0]) * trainer.world_size
         self._batch_tokens = int(ids.numel()) * trainer.world_size
-        measuring = self._session_batches >= self.warmup_steps * self._accumulate
+        measuring = self._batches_this_start >= self.warmup_steps * self._accumulate
         if measuring and self._mark is None:
             _sync(trainer)
             self._mark = time.perf_counter()
@@ -94,7 +95,7 @@ class TrainingStats(pl.Callback):
             self.measured_batches += 1
             self.measured_samples += self._batch_samples
             self.measured_tokens += self._batch_tokens
-        self._session_batches += 1
+        self._batches_this_start += 1
 
     def on_validation_start(self, trainer, pl_module):
         if not trainer.sanity_checking:
@@ -180,113 +181,11 @@ class ValidateAtEnd(pl.Callback):
             trainer.should_stop = True
 
 
-def save_checkpoint_atomically(trainer: pl.Trainer, path: Path) -> None:
-    """`trainer.save_checkpoint` to a temporary file renamed over `path`: a process killed while
-    writing leaves the previous checkpoint intact. Collective under DDP, like save_checkpoint."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    if trainer.is_global_zero:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    trainer.save_checkpoint(tmp)
-    if trainer.is_global_zero:
-        os.replace(tmp, path)
-
-
-def completed_batches(trainer: pl.Trainer) -> int | None:
-    """Training batches of the current epoch that a checkpoint saved now counts as done once resumed.
-
-    Lightning's progress counters roll an unfinished batch back on restart (a batch whose
-    `on_train_batch_end` ran counts as done); None where the counters are not available."""
-    try:
-        current = trainer.fit_loop.epoch_loop.batch_progress.current
-        ready, started, processed, completed = (int(current.ready), int(current.started),
-                                                int(current.processed), int(current.completed))
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if ready == started == processed == completed + 1:  # stopped in or after on_train_batch_end
-        return processed
-    return completed
-
-
-def rewind_train_loader(trainer: pl.Trainer, done: int) -> None:
-    """Set the resumable training loader's position to `done` batches of its current epoch when it
-    has handed out more (a batch fetched but interrupted before it was trained on): otherwise the
-    checkpoint's loader state skips that batch on resume while the step count repeats it."""
-    loader = getattr(trainer, "train_dataloader", None)
-    if not (hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict")):
-        return
-    try:
-        state = loader.state_dict()
-        epoch, handed_out = int(state["epoch"]), int(state["batches_done"])
-    except (KeyError, TypeError, ValueError):
-        return
-    if handed_out > done:
-        loader.load_state_dict({"epoch": epoch, "batches_done": done})
-
-
-def rebase_checkpoint_state(state: dict, old_dir: str, new_dir: str) -> dict:
-    """A ModelCheckpoint state dict with the files directly under `old_dir` named under `new_dir`
-    (best_k_models' keys and the best / kth / last paths) and dirpath `new_dir`; other paths unchanged."""
-    old_dir = os.path.normpath(old_dir)
-
-    def move(path):
-        if isinstance(path, str) and path and os.path.dirname(os.path.normpath(path)) == old_dir:
-            return os.path.join(new_dir, os.path.basename(path))
-        return path
-
-    state = dict(state, dirpath=new_dir)
-    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
-        if key in state:
-            state[key] = move(state[key])
-    if isinstance(state.get("best_k_models"), dict):
-        state["best_k_models"] = {move(path): score for path, score in state["best_k_models"].items()}
-    return state
-
-
-class BestAndLastCheckpoint(ModelCheckpoint):
-    """The best checkpoint by the monitored metric (Lightning's top-k logic) and `last.ckpt` after
-    every validation of a fit.
-
-    Lightning 2.x's `save_last=True` refreshes last.ckpt only when it also saves a new top-k
-    checkpoint, so a run stopped without a graceful shutdown (SIGKILL, a lost machine) resumed from
-    its best step, not its latest (session 9: a Pathfinder run redid ~6,000 steps). last.ckpt is
-    written after the best checkpoint, so it records which one that is (`lra.transfer` reads it),
-    and atomically."""
-
-    def __init__(self, dirpath, **kwargs):
-        super().__init__(dirpath=dirpath, save_last=False, **kwargs)
-        self.last_path = Path(dirpath) / "last.ckpt"
-
-    @property
-    def state_key(self) -> str:
-        # a plain ModelCheckpoint's key: run trees saved before this class resume with their best-k
-        # state, and readers of a checkpoint's callback states find it under the usual name
-        return super().state_key.replace(type(self).__qualname__, "ModelCheckpoint", 1)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Lightning's restore, also for a run tree that was moved (copied to another machine or
-        folder: its saved dirpath is absolute). Lightning then restores only `best_model_path` and
-        forgets the best score, so the first validation after the resume became "best" whatever its
-        accuracy and the old best file stayed beside it (session 12: a Path-X run resumed on a fresh
-        device checkout kept best-step1000.ckpt and wrote best-step1800.ckpt at equal accuracy).
-        Paths inside the saved dirpath are moved to this one, so the best-k state carries over."""
-        saved = state_dict.get("dirpath")
-        if saved and self.dirpath and saved != self.dirpath:
-            state_dict = rebase_checkpoint_state(state_dict, saved, self.dirpath)
-        super().load_state_dict(state_dict)
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        super().on_validation_end(trainer, pl_module)
-        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING or trainer.global_step <= 0:
-            return
-        save_checkpoint_atomically(trainer, self.last_path)
-
-
 class RngState(pl.Callback):
     """Random-number generator state in checkpoints, so that a resumed run draws the dropout masks
     (torch's generators: `nn.Dropout` and the attention kernels' dropout seeds) of an uninterrupted
-    one. Lightning restores weights, optimizer, scheduler and loader position but not the RNGs: a
-    resumed run re-seeded by `seed_everything` repeated the masks of the first steps.
+    one. Lightning restores weights, optimizer, scheduler and loader position but not the RNGs: without
+    this, a resumed run re-seeded by `seed_everything` would repeat the masks of the first steps.
 
     Validation is made RNG-neutral (the state before it is put back after it: an evaluation loader
     draws a base seed from the global generator), so the training stream depends on training steps
@@ -357,13 +256,14 @@ STOP_AT_ENV = "LRA_STOP_AT"
 
 class StopAt(pl.Callback):
     """Interrupt a fit at the first optimizer-step boundary at or after `deadline` (Unix seconds), as
-    Ctrl-C would: Lightning shuts down gracefully, `SaveOnInterrupt` writes last.ckpt at that step,
-    the record says "interrupted" and `--resume` continues. `lra train` (and the commands that run
-    it) reads the deadline from $LRA_STOP_AT, so that a run spread over several calls of a machine
-    with a time limit stops in time and loses nothing, without depending on a signal reaching it
-    (session 9: a `timeout -s INT` at a device call's deadline ended a run without the graceful
-    shutdown, for a reason not found, and ~6,000 steps were trained twice). Under DDP rank 0's clock
-    decides for all ranks, every `DDP_EVERY` steps."""
+    Ctrl-C would: `SaveOnInterrupt` writes last.ckpt at that step, the record says "interrupted" and
+    `--resume` (or the next `lra sweep`) continues. `lra train` reads the deadline from $LRA_STOP_AT,
+    so that runs spread over several calls of a machine with a time limit stop in time and lose
+    nothing. Under DDP rank 0's clock decides for all ranks, every `DDP_EVERY` steps.
+
+    Lightning's `max_time` lacks this: it is a training-time budget after which the run counts as
+    finished (tested, completed), and it restarts with each run of a sweep rather than naming one
+    wall-clock deadline for all of them."""
 
     def __init__(self, deadline: float):
         super().__init__()
@@ -389,8 +289,7 @@ class StopAt(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
         # Only at an optimizer-step boundary: with gradient accumulation, a stop after a micro-batch
-        # that did not step would lose its gradients (the checkpoint holds no .grad) and the resumed
-        # run would take its next step on a partial accumulation.
+        # that did not step would lose its gradients (the checkpoint holds no .grad).
         stepped = trainer.global_step != getattr(self, "_last_step", None)
         self._last_step = trainer.global_step
         if not stepped:
@@ -406,36 +305,89 @@ class StopAt(pl.Callback):
             raise KeyboardInterrupt(f"${STOP_AT_ENV} reached")
 
 
-class SaveOnInterrupt(pl.Callback):
-    """On an exception during training (Ctrl-C, a crash), save `last.ckpt` at the current step so
-    `--resume` repeats no finished step. Single-process runs only: in DDP the other ranks may not
-    reach the save's barrier; there the checkpoint of the last validation remains.
+def trained_batches(trainer: pl.Trainer) -> int | None:
+    """Training batches of the current epoch trained on (forward, backward, optimizer) by now; None
+    where Lightning's progress counters are not available. A batch whose `on_train_batch_end` ran
+    counts, although Lightning marks it completed only after every callback's hook returned."""
+    try:
+        current = trainer.fit_loop.epoch_loop.batch_progress.current
+        ready, started, processed, completed = (int(current.ready), int(current.started),
+                                                int(current.processed), int(current.completed))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if ready == started == processed == completed + 1:  # stopped in or after on_train_batch_end
+        return processed
+    return completed
 
-    A batch fetched but not finished is given back to the loader (`rewind_train_loader`), so the
-    resumed run trains on it. Between two optimizer steps of an accumulation nothing is saved (the
-    accumulated gradients are in no checkpoint): the checkpoint of the last validation remains."""
+
+class SaveOnInterrupt(pl.Callback):
+    """On an exception during training (Ctrl-C, a crash, $LRA_STOP_AT), save `last.ckpt` at the
+    current step so `--resume` repeats no finished step.
+
+    Lightning's `OnExceptionCheckpoint` is not enough: it saves between the micro-batches of an
+    accumulated step too (whose gradients no checkpoint holds), counts a batch fetched but not
+    trained as consumed in the loader's saved position, and deletes its file when a fit ends.
+    Here a batch fetched but interrupted before it was trained on stays in the loader's position
+    (the position saved before it was fetched), so the resumed run trains on it; between two
+    optimizer steps nothing is saved (last.ckpt of the last validation remains). Single-process runs
+    only: under DDP the other ranks may not reach the save's barrier."""
 
     def __init__(self, path):
         super().__init__()
-        self.path = path
+        self.path = Path(path)
+        self._before_fetch: tuple[int, dict] | None = None  # (batches trained, loader position then)
+        self._resumed_state: dict | None = None             # the loader position a resumed fit starts at
+        self._loader_state: dict | None = None              # put into the checkpoint being written
+
+    @staticmethod
+    def _loader(trainer: pl.Trainer):
+        loader = getattr(trainer, "train_dataloader", None)
+        return loader if hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict") else None
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        states = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {}).get("combined_loader")
+        self._resumed_state = copy.deepcopy(states[0]) if states and len(states) == 1 else None
+
+    def on_train_start(self, trainer, pl_module):
+        # a resumed fit: the position it resumed from (the restored loader reports it only once iterated)
+        done = trained_batches(trainer)
+        resumed, self._resumed_state = self._resumed_state, None
+        self._before_fetch = (done, resumed) if resumed is not None and done is not None else None
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        # the position after the previous epoch's last batch resumes with this epoch whole
+        # (tasks.resumable_loader.EpochSampler); before the first epoch: the empty state, no position
+        self._before_fetch = (0, self._before_fetch[1] if self._before_fetch is not None else {})
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loader = self._loader(trainer)
+        if loader is not None and trainer.world_size == 1:
+            self._before_fetch = (batch_idx + 1, copy.deepcopy(loader.state_dict()))
 
     def on_exception(self, trainer, pl_module, exception):
         if trainer.world_size != 1 or not trainer.training or trainer.sanity_checking:
             return
         if trainer.global_step <= 0:
             return
-        done = completed_batches(trainer)
+        done = trained_batches(trainer)
         if done is not None:
             accumulate = max(1, int(trainer.accumulate_grad_batches))
             if done % accumulate and done < trainer.num_training_batches:
-                # Between two optimizer steps: the micro-batches since the last step exist only as
-                # accumulated gradients, which no checkpoint holds; a resumed run would step on a
-                # partial accumulation. The checkpoint of the last validation stays (exact, older).
                 rank_zero_info(f"interrupted between two optimizer steps (micro-batch {done % accumulate} of "
                                f"{accumulate}): last.ckpt stays at the last validation")
                 return
-            rewind_train_loader(trainer, done)
+            if self._before_fetch is not None and self._before_fetch[0] == done:
+                self._loader_state = self._before_fetch[1]
         try:
-            save_checkpoint_atomically(trainer, self.path)
+            trainer.save_checkpoint(self.path)
         except Exception as err:  # noqa: BLE001 - never hide the original exception
             rank_zero_info(f"could not save an interrupt checkpoint: {err}")
+        finally:
+            self._loader_state = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        if self._loader_state is None:
+            return
+        fit_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        if len(fit_state.get("combined_loader") or []) == 1:
+            fit_state["combined_loader"] = [self._loader_state]

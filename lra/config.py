@@ -8,8 +8,9 @@ A run is fully described by one `RunConfig`, resolved in three layers, later one
    `optim.lr=3e-4`, `train.max_steps=200`, `data.seq_len=512`, or `attention.<option>=value` for the
    options of the chosen attention (those are typed and checked by the attention registry).
 
-Values are converted to the field's declared type; unknown keys and values that do not fit are a
-`ValueError` that names the key, the value and what would be accepted.
+Values are converted to the field's declared type by `lra.coercion.coerce` (the rules the attention
+options follow too); unknown keys and values that do not fit are a `ValueError` that names the key,
+the value and what would be accepted.
 """
 from __future__ import annotations
 
@@ -17,14 +18,14 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional
 
 import yaml
 
+from lra.coercion import coerce
 from lra.records import RECORD_NAME
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -123,6 +124,9 @@ class TrainConfig:
     accumulate_grad_batches: int = 1
     precision: str = "auto"          # auto = bf16-mixed on CUDA (16-mixed without bf16), 32-true on CPU
     compile: Optional[bool] = None   # torch.compile the model; None = auto (on with CUDA)
+    # torch.compile's mode (COMPILE_MODES), used only when the model is compiled; a speed setting,
+    # not part of the run id
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     throughput_warmup_steps: int = 10  # steps left out of the throughput / step-time figures
     devices: str = "auto"            # Lightning `devices`: auto, a count, or a list such as "0,1"
     num_nodes: int = 1
@@ -131,7 +135,7 @@ class TrainConfig:
     # our kernels, bit-reproducible but slower (kernels.ops: the default backward sums dQ atomically)
     deterministic: bool = False
     # Start from the weights of this `lra train` checkpoint (a smaller image's grid positions are
-    # upsampled by duplication: Path-64 -> Path-X / Path-256); see `lra.transfer`.
+    # upsampled by duplication: Path-64 -> Path-X / Path-256); see `lra.checkpoint_transfer`.
     init_from: Optional[str] = None
 
 
@@ -230,7 +234,7 @@ def identity_of(config: dict) -> dict:
     model = out.get("model") or {}
     if model.get("pixel_embedding", "token") == "token":  # likewise
         model.pop("pixel_embedding", None)
-    for key in ("compile", "throughput_warmup_steps"):  # speed and how it is measured, not results
+    for key in ("compile", "compile_mode", "throughput_warmup_steps"):  # speed and its measurement, not results
         train.pop(key, None)
     return out
 
@@ -254,78 +258,6 @@ class RunLocation:
 SECTION_TYPES = {"model": ModelConfig, "optim": OptimConfig, "data": DataConfig, "train": TrainConfig}
 
 
-# ---- type conversion ------------------------------------------------------------------------------
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-_NONE = {"none", "null", "auto", "~", ""}
-
-
-def _describe(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " | ".join(_describe(a) for a in args) + " | auto/none"
-    return getattr(tp, "__name__", str(tp))
-
-
-def convert_value(value: Any, tp: Any, key: str) -> Any:
-    """Convert `value` (a YAML value or a command-line string) to type `tp`; ValueError naming `key`."""
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
-            return None
-        return convert_value(value, args[0], key)
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        if value in choices:
-            return value
-        text = str(value).strip()
-        if text in choices:
-            return text
-        close = difflib.get_close_matches(text, [str(c) for c in choices], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"{key}: {value!r} is not one of {_describe(tp)}{hint}")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise ValueError(f"{key}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise ValueError(f"{key}: expected an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        try:
-            number = float(value) if not isinstance(value, str) else float(value.strip().replace("_", ""))
-        except (TypeError, ValueError):
-            raise ValueError(f"{key}: expected an integer, got {value!r}") from None
-        if not number.is_integer():
-            raise ValueError(f"{key}: expected an integer, got {value!r}")
-        return int(number)
-    if tp is float:
-        if isinstance(value, bool):
-            raise ValueError(f"{key}: expected a number, got {value!r}")
-        try:
-            return float(value.strip() if isinstance(value, str) else value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{key}: expected a number, got {value!r}") from None
-    if tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError(f"{key}: expected a string, got {value!r}")
-    if tp is dict or origin is dict:
-        if isinstance(value, dict):
-            return dict(value)
-        raise ValueError(f"{key}: expected a mapping, got {value!r}")
-    raise TypeError(f"{key}: unsupported config field type {tp!r}")  # our own bug, not user input
-
-
 def _field_types(cls) -> dict:
     return typing.get_type_hints(cls)
 
@@ -345,7 +277,7 @@ def _build_section(name: str, values: dict, *, where: str):
     for key, value in values.items():
         if key not in hints:
             raise ValueError(f"{where}: {_unknown_key(f'{name}.{key}', [f'{name}.{k}' for k in hints])}")
-        kwargs[key] = convert_value(value, hints[key], f"{name}.{key}")
+        kwargs[key] = coerce(value, hints[key], f"{name}.{key}")
     return cls(**kwargs)
 
 
@@ -423,7 +355,7 @@ def resolve(task: str, attention: str, *, preset: str = "paper", seed: int = 0,
             attention_options: dict | None = None, runs_dir: str | Path | None = None,
             data_dir: str | Path | None = None, devices: str | int | None = None,
             num_nodes: int | None = None, strategy: str | None = None,
-            compile: bool | None = None) -> RunConfig:
+            compile: bool | None = None, compile_mode: str | None = None) -> RunConfig:
     """Defaults <- preset section <- overrides (and the explicit keyword arguments, which win)."""
     section = load_preset(task, preset)
     where = f"{preset_path(task).name} [{preset}]"
@@ -445,7 +377,7 @@ def resolve(task: str, attention: str, *, preset: str = "paper", seed: int = 0,
                 raise _unknown_key(key, _all_keys())
             values[head][rest] = value
         elif key in TOP_LEVEL_OVERRIDES and not rest:
-            top[key] = convert_value(value, TOP_LEVEL_OVERRIDES[key], key)
+            top[key] = coerce(value, TOP_LEVEL_OVERRIDES[key], key)
         else:
             raise _unknown_key(key, _all_keys())
 
@@ -456,7 +388,7 @@ def resolve(task: str, attention: str, *, preset: str = "paper", seed: int = 0,
     if data_dir is not None:
         values["data"]["data_dir"] = str(data_dir)
     for key, value in (("devices", devices), ("num_nodes", num_nodes), ("strategy", strategy),
-                       ("compile", compile)):
+                       ("compile", compile), ("compile_mode", compile_mode)):
         if value is not None:
             values["train"][key] = value
 
@@ -485,6 +417,9 @@ def resolve_attention_options(attention: str, options: dict) -> dict:
                          "model; use " + ", ".join(MODEL_SET_OPTIONS[c] for c in clash) + " instead")
     return registry.resolve_options(attention, **options)
 
+
+# `train.compile_mode`: the modes of torch.compile(mode=...).
+COMPILE_MODES = typing.get_args(typing.get_type_hints(TrainConfig)["compile_mode"])
 
 # `train.precision`: auto (see lra.train.resolve_runtime) or a value Lightning's Trainer accepts.
 PRECISIONS = ("auto", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
@@ -577,6 +512,9 @@ def validate(config: RunConfig) -> None:
         if o.min_lr_ratio != 0.0:
             raise ValueError(f"optim.min_lr_ratio={o.min_lr_ratio} does not apply to optim.schedule=onecycle "
                              "(its final lr is lr/25/1e4, as in torch's OneCycleLR); leave it at 0")
+    if t.compile_mode not in COMPILE_MODES:
+        raise ValueError(f"train.compile_mode: {t.compile_mode!r} is not one of {', '.join(COMPILE_MODES)} "
+                         "(torch.compile's modes)")
     if t.precision not in PRECISIONS:
         raise ValueError(f"train.precision: {t.precision!r} is not one of {', '.join(PRECISIONS)}")
     parse_devices(t.devices)

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from lra.checkpoints import run_checkpoint
 from lra.config import RunConfig
 
 SPLITS = ("test", "val")
@@ -33,14 +34,12 @@ INTERCHANGEABLE = ("flash", "sdpa", "softmax")
 def locate(target: str | Path, which: str = "best") -> tuple[Path, Path]:
     """(run folder, checkpoint) for a run folder (its `which` checkpoint: best or last) or for a
     checkpoint file inside a run's `checkpoints/`."""
-    from lra.transfer import stage_checkpoint
-
     path = Path(target)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such run folder or checkpoint")
     if path.is_dir():
         _config_file(path)
-        return path, stage_checkpoint(path, which)
+        return path, run_checkpoint(path, which)
     if path.suffix != ".ckpt":
         raise ValueError(f"{path}: give a run folder (with config.yaml) or a .ckpt file in its checkpoints/")
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent

@@ -96,7 +96,7 @@ class LraModule(pl.LightningModule):
         # nn.Module.compile compiles the call in place: parameter names (and checkpoints) stay as
         # they are, unlike a wrapping `torch.compile(model)`.
         if self.compile_model and not getattr(self.model, "_compiled_call_impl", None):
-            self.model.compile()
+            self.model.compile(mode=self.run_config.train.compile_mode)
 
     def forward(self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.model(input_ids, padding_mask)

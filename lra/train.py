@@ -33,8 +33,9 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra import provenance
-from lra.callbacks import (BestAndLastCheckpoint, RngState, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd,
-                           save_checkpoint_atomically)
+from lra.checkpoint_transfer import InitialWeights, check_compatible, read_checkpoint
+from lra.callbacks import RngState, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd
+from lra.checkpoints import CHECKPOINT_DIR, LAST, checkpoint_callback
 from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
@@ -55,6 +56,8 @@ def _quiet_known_noise() -> None:
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_DropAdverts())
     # Lightning 2.6 with torch >= 2.13 (its own pytree call; nothing to act on).
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    # torchdata's StatefulDataLoader calls torch.set_vital, which torch deprecates (nothing to act on).
+    warnings.filterwarnings("ignore", message=r"'set_vital' is deprecated")
     # Expected when --resume continues a run in its own checkpoint folder.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
@@ -182,11 +185,10 @@ def _progress_bar_wanted(progress_bar: bool | None) -> bool:
 def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progress_bar: bool,
                   callbacks=()) -> tuple[pl.Trainer, TrainingStats, ModelCheckpoint]:
     t, o = config.train, config.optim
-    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir = run_dir / CHECKPOINT_DIR
     stats = TrainingStats(warmup_steps=t.throughput_warmup_steps, monitor=MONITOR, verbose=not progress_bar)
-    best = BestAndLastCheckpoint(dirpath=ckpt_dir, filename="best-step{step}", monitor=MONITOR, mode="max",
-                                 save_top_k=1, auto_insert_metric_name=False)
-    cbs = [stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / "last.ckpt"), RngState(),
+    best = checkpoint_callback(ckpt_dir, MONITOR)
+    cbs = [stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / LAST), RngState(),
            LearningRateMonitor(logging_interval="step"), *callbacks]
     if progress_bar:
         cbs.append(RichProgressBar())
@@ -314,15 +316,16 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     if isinstance(runs_per_gpu, bool) or not isinstance(runs_per_gpu, int) or runs_per_gpu < 1:
         raise ValueError(f"runs_per_gpu must be an integer >= 1, got {runs_per_gpu!r}")
     _quiet_known_noise()
-    stop_at = StopAt.from_env()  # $LRA_STOP_AT: a graceful, resumable stop at a wall-clock deadline
+    # $LRA_STOP_AT: a resumable stop at a wall-clock deadline (Lightning's max_time would end the run
+    # as completed)
+    stop_at = StopAt.from_env()
     if stop_at is not None:
         callbacks = (*callbacks, stop_at)
     runtime = resolve_runtime(config)
     pl.seed_everything(config.seed, workers=True, verbose=False)
     dm, module, spec = prepare(config, runtime, attention_factory=attention_factory)
     run_dir = config.run_dir()
-    ckpt_dir = run_dir / "checkpoints"
-    last = ckpt_dir / "last.ckpt"
+    last = run_dir / CHECKPOINT_DIR / LAST
     record_path = config.record_path()
     rank0 = is_global_zero()
     existing = _read_existing(record_path) if record_path.exists() else None
@@ -337,8 +340,6 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
                          f"or --force to start it over")
     resume_from = str(last) if resume and last.exists() else None
     if config.train.init_from:
-        from lra.transfer import InitialWeights, check_compatible, read_checkpoint
-
         # An incompatible checkpoint is a clear error before anything is written; the weights are
         # loaded when a fresh fit starts. A resumed run restores its own weights from last.ckpt, so
         # the initial checkpoint may be absent then (a run tree carried to another machine without
@@ -357,7 +358,7 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     if rank0:
         dm.prepare_data()  # missing / corrupt data: a clear error before the run folder is touched
         if force and not resume_from:
-            for sub in ("checkpoints", "logs", "tensorboard"):
+            for sub in (CHECKPOINT_DIR, "logs", "tensorboard"):
                 shutil.rmtree(run_dir / sub, ignore_errors=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(
@@ -398,7 +399,7 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         trainer.fit(module, datamodule=dm, ckpt_path=resume_from, **_OWN_CHECKPOINT)
         # Testing restores the best checkpoint, callback states included: take the summary first.
         summary = stats.summary()
-        save_checkpoint_atomically(trainer, last)
+        trainer.save_checkpoint(last)  # the final state (a max_time stop may come after the last validation)
         best_path = best.best_model_path or None
         results = trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False, **_OWN_CHECKPOINT)
         test_acc = float(results[0]["test/acc"]) if results and "test/acc" in results[0] else None

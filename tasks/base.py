@@ -30,10 +30,11 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from .eval_sampler import EvalShardSampler
 from .registry import check_augment
-from .resumable_loader import EpochPermutationSampler, ResumableDataLoader
+from .resumable_loader import train_loader
 
 SPLITS = ("train", "val", "test")
 
@@ -307,19 +308,17 @@ class LraDataModule(pl.LightningDataModule):
                           num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
                           persistent_workers=self.num_workers > 0, drop_last=False)
 
-    def train_dataloader(self) -> ResumableDataLoader:
+    def train_dataloader(self) -> StatefulDataLoader:
         """Shuffled by the run seed, a new order each epoch (a permutation of (seed, epoch)); under
-        DDP each rank reads its own disjoint shard. Resumable mid-epoch: Lightning checkpoints its
-        position and a resumed run continues with exactly the batches it would have seen."""
+        DDP each rank reads its own disjoint shard. Resumable mid-epoch (`tasks.resumable_loader`):
+        Lightning checkpoints its position and a resumed run continues with exactly the batches it
+        would have seen."""
         world, rank = self._shard()
-        dataset = self.dataset("train")
-        sampler = EpochPermutationSampler(dataset, seed=self.seed, num_replicas=world, rank=rank)
         generator = torch.Generator()  # seeds the worker processes' RNGs reproducibly
         generator.manual_seed(self.seed)
-        return ResumableDataLoader(dataset, sampler=sampler, batch_size=self.batch_size,
-                                   num_workers=self.num_workers, generator=generator,
-                                   pin_memory=torch.cuda.is_available(),
-                                   persistent_workers=self.num_workers > 0, drop_last=False)
+        return train_loader(self.dataset("train"), seed=self.seed, batch_size=self.batch_size, num_replicas=world,
+                            rank=rank, num_workers=self.num_workers, generator=generator,
+                            pin_memory=torch.cuda.is_available(), persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")

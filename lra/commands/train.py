@@ -8,6 +8,7 @@ EPILOG = """\
 overrides are `section.key=value` pairs, e.g.
   model.dim=128 model.depth=4 optim.lr=3e-4 optim.schedule=cosine train.max_steps=2000
   train.batch_size=16 train.val_check_interval=100 data.limit_train=5000 attention.nb_features=64
+  train.compile_mode=reduce-overhead (with --compile; a speed setting, not part of the run id)
 optim.schedule: linear | cosine | constant | onecycle (torch's OneCycleLR, as in the Nystromformer LRA
   code; see OptimConfig in lra/config.py).
 attention options can also be given as --attention.<option> VALUE (see `lra info`).
@@ -79,6 +80,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--force", action="store_true", help="train again even if the run exists")
     parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
                         help="rich progress bar (default: when the terminal is interactive)")
+    parser.add_argument("--compile-mode", default=None, metavar="MODE",
+                        help="torch.compile mode when compiling: default, reduce-overhead, max-autotune, "
+                             "max-autotune-no-cudagraphs (train.compile_mode; not part of the run id)")
     parser.add_argument("--init-from", default=None, metavar="CKPT",
                         help="start from the weights of this lra checkpoint; a smaller image's positional "
                              "grid is upsampled by duplication (Path-64 -> Path-X / Path-256)")
@@ -97,7 +101,8 @@ def config_from_args(args: argparse.Namespace, *, task: str, attention: str, see
     return resolve(task, attention, preset=args.preset, seed=seed, seq_len=seq_len,
                    overrides=args.overrides, attention_options=attention_options_from_args(args),
                    runs_dir=args.runs_dir, data_dir=args.data_dir, devices=args.devices,
-                   num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile)
+                   num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile,
+                   compile_mode=args.compile_mode)
 
 
 def check_names(task: str, attention: str) -> None:

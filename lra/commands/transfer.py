@@ -95,16 +95,16 @@ def _pairs(items: list[str], flag: str, convert) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lra import transfer
+    from lra import transfer_chain, transfer_recipe
     from lra.train import RunFailed
 
-    recipe = transfer.load_recipe(args.target, args.preset or f"{args.target}-transfer")
-    options = transfer.ChainOptions(attention=args.attention, pretrain_attention=args.pretrain_attention,
+    recipe = transfer_recipe.load_recipe(args.target, args.preset or f"{args.target}-transfer")
+    options = transfer_chain.ChainOptions(attention=args.attention, pretrain_attention=args.pretrain_attention,
                                     seed=args.seed, runs_dir=args.runs, data_dir=args.data_dir,
                                     overrides=list(args.overrides), devices=args.devices,
                                     num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile)
     _check_attentions(options)
-    stages = transfer.plan_chain(recipe, options, from_scratch=args.from_scratch)
+    stages = transfer_chain.plan_chain(recipe, options, from_scratch=args.from_scratch)
     if args.until is not None:
         names = [stage.name for stage in stages]
         if args.until not in names:
@@ -131,14 +131,14 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run or args.estimate_cost:
         for stage in stages:
             if stage.config.task in sizes:
-                transfer.fix_length(stage, sizes[stage.config.task])
+                transfer_chain.fix_length(stage, sizes[stage.config.task])
         missing = sorted({s.config.task for s in stages if s.steps_per_epoch is None})
         if args.estimate_cost and missing:
-            _count_by_preparing(transfer, stages, missing)
+            _count_by_preparing(stages, missing)
         print(title)
-        print(transfer.describe_plan(stages))
+        print(transfer_chain.describe_plan(stages))
         if args.estimate_cost:
-            _print_cost(transfer, stages, step_ms, Path(args.runs))
+            _print_cost(stages, step_ms, Path(args.runs))
         elif missing:
             print(f"(step counts need the training-split sizes of {', '.join(missing)}: they are counted when the "
                   f"data is prepared, or pass --train-examples TASK=N)")
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     print(title)
     try:
-        transfer.run_chain(stages, progress_bar=args.progress)
+        transfer_chain.run_chain(stages, progress_bar=args.progress)
     except RunFailed as failure:
         print(failure.traceback, file=sys.stderr)
         print(f"lra transfer: stage {failure.status}: {failure.error}\n  record: {failure.record_path}\n"
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         print("\nlra transfer: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     if args.table:
-        _print_tables(transfer, recipe, stages, Path(args.runs))
+        _print_tables(recipe, stages, Path(args.runs))
     return 0
 
 
@@ -169,23 +169,26 @@ def _check_attentions(options) -> None:
             raise ValueError(f"unknown attention {name!r}; available: {', '.join(registry.available())}")
 
 
-def _count_by_preparing(transfer, stages, tasks: list[str]) -> None:
+def _count_by_preparing(stages, tasks: list[str]) -> None:
+    from lra import transfer_chain
+
     print(f"counting the training splits of {', '.join(tasks)} (prepares the data; --train-examples TASK=N "
           f"skips this)", file=sys.stderr)
     counted = {}
     for stage in stages:
         if stage.steps_per_epoch is None:
-            key = transfer.data_key(stage.config)
+            key = transfer_chain.data_key(stage.config)
             if key not in counted:
-                examples, batches = transfer.prepare_stage_data(stage)
+                examples, batches = transfer_chain.prepare_stage_data(stage)
                 counted[key] = (examples, batches, stage.val_batches)
             examples, batches, stage.val_batches = counted[key]
-            transfer.fix_length(stage, examples, batches_one_device=batches)
+            transfer_chain.fix_length(stage, examples, batches_one_device=batches)
 
 
-def _print_cost(transfer, stages, step_ms: dict, runs: Path) -> None:
+def _print_cost(stages, step_ms: dict, runs: Path) -> None:
     import math
 
+    from lra import transfer_chain, transfer_cost
     from tasks import TASKS
 
     rows, commands = [], []
@@ -194,9 +197,9 @@ def _print_cost(transfer, stages, step_ms: dict, runs: Path) -> None:
         if stage.name in step_ms:
             ms, source = step_ms[stage.name], "--step-ms"
         else:
-            ms, source = transfer.measured_step_ms(stage, [runs] if runs.exists() else [])
+            ms, source = transfer_cost.measured_step_ms(stage, [runs] if runs.exists() else [])
         if ms is None:
-            commands.append(f"  {stage.name}: {transfer.measure_command(stage)}")
+            commands.append(f"  {stage.name}: {transfer_cost.measure_command(stage)}")
         evals = math.ceil(c.train.max_steps / c.train.val_check_interval)
         val_batches = stage.val_batches
         if val_batches is None and stage.train_examples:
@@ -209,25 +212,26 @@ def _print_cost(transfer, stages, step_ms: dict, runs: Path) -> None:
                 val_batches = math.ceil(val_examples / c.train.batch_size)
         if val_batches is not None and c.train.limit_val_batches:
             val_batches = min(val_batches, c.train.limit_val_batches)
-        rows.append(transfer.StageCost(
+        rows.append(transfer_cost.StageCost(
             stage=stage.name, task=c.task, attention=c.attention, batch_size=c.train.batch_size,
-            devices=transfer.world_size(c), steps_per_epoch=stage.steps_per_epoch, epochs=stage.epochs,
+            devices=transfer_chain.world_size(c), steps_per_epoch=stage.steps_per_epoch, epochs=stage.epochs,
             evals=evals, val_batches=val_batches, step_ms=ms, step_source=source,
             accumulate=c.train.accumulate_grad_batches))
     print("\nGPU-hours = GPUs x (steps x ms/step + evals x val batches x ms/val) / 3.6e6; "
           "ms/val = ms/step / accumulated batches / 3 unless measured; without prepared data, val batches follow the split fractions")
-    transfer.print_table(transfer.estimate_cost(rows))
+    transfer_cost.print_table(transfer_cost.estimate_cost(rows))
     if commands:
         print("\nstages without a measured step time; measure them (then rerun with --runs runs-measure, or "
               "pass --step-ms STAGE=MS from the result.json's step_time_ms):")
         print("\n".join(commands))
 
 
-def _print_tables(transfer, recipe, stages, runs: Path) -> None:
+def _print_tables(recipe, stages, runs: Path) -> None:
+    from lra import transfer_chain, transfer_cost
     from lra.cli import build_parser
 
     print("\nstages:")
-    transfer.print_table(transfer.chain_summary(stages))
+    transfer_cost.print_table(transfer_chain.chain_summary(stages))
     # The accuracy table of every stage of this recipe (and of its scratch baseline, when it ran),
     # next to the published numbers.
     presets = sorted({s.preset for s in [*recipe.stages, *([recipe.scratch] if recipe.scratch else [])]})

@@ -19,7 +19,7 @@ BASE = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smo
     ([*BASE, "attention.nb_features=8"], "attention 'softmax': unknown option(s) 'nb_features'"),
     ([*BASE, "--attention.nb_features", "8"], "attention 'softmax': unknown option(s) 'nb_features'"),
     (["train", "--task", "listops", "--attention", "performer", "--preset", "smoke", "attention.nb_features=lots"],
-     "option 'nb_features' expects an int, got 'lots'"),
+     "option 'nb_features': expected an integer, got 'lots'"),
     ([*BASE, "model.dimm=8"], "unknown config key 'model.dimm'; did you mean 'model.dim'?"),
     ([*BASE, "model.dim"], "not of the form key=value"),
     ([*BASE, "--preset", "huge"], "task 'listops' has no preset 'huge'; available: paper, smoke"),

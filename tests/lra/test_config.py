@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from lra import attention as registry
-from lra.config import (PRESET_DIR, RunConfig, convert_value, load_preset, parse_overrides,
-                        preset_names, preset_tasks, resolve)
+from lra.config import (PRESET_DIR, RunConfig, load_preset, parse_overrides, preset_names, preset_tasks, resolve,
+                        validate)
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder32", "pathfinder64", "pathx", "path256")
 
@@ -74,9 +74,9 @@ def test_overrides_are_typed():
     ("model.dim=abc", "model.dim: expected an integer"),
     ("model.dim=2.5", "model.dim: expected an integer"),
     ("optim.lr=fast", "optim.lr: expected a number"),
-    ("model.pooling=max", "'max' is not one of 'mean' | 'cls'"),
+    ("model.pooling=max", "model.pooling: expected one of 'mean', 'cls', got 'max'"),
     ("optim.schedule=cosin", "did you mean 'cosine'"),
-    ("train.deterministic=maybe", "expected true/false"),
+    ("train.deterministic=maybe", "expected true or false"),
     ("attention.nb_featurez=3", "unknown option(s) 'nb_featurez'"),
     ("attention.nb_features=many", "nb_features"),
     ("attention.dropout=0.5", "use model.attention_dropout"),
@@ -131,6 +131,25 @@ def test_run_id_is_deterministic_and_tracks_what_matters(tmp_path):
     assert base.run_dir() == Path("runs") / "listops" / "performer" / base.run_id()
 
 
+def test_compile_mode_is_checked_and_a_speed_setting_outside_the_run_id():
+    from lra.config import COMPILE_MODES
+
+    base = resolve("listops", "softmax", preset="smoke")
+    assert base.train.compile_mode == "default"
+    assert COMPILE_MODES == ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    for mode in COMPILE_MODES:
+        config = resolve("listops", "softmax", preset="smoke", compile=True, overrides=[f"train.compile_mode={mode}"])
+        assert config.train.compile_mode == mode and config.run_id() == base.run_id()
+    assert resolve("listops", "softmax", preset="smoke", compile_mode="max-autotune").train.compile_mode == "max-autotune"
+    with pytest.raises(ValueError, match="train.compile_mode: expected one of 'default', 'reduce-overhead'.*"
+                                         "got 'max_autotune'; did you mean 'max-autotune'"):
+        resolve("listops", "softmax", preset="smoke", overrides=["train.compile_mode=max_autotune"])
+    bad = resolve("listops", "softmax", preset="smoke")
+    bad.train.compile_mode = "fastest"
+    with pytest.raises(ValueError, match="train.compile_mode: 'fastest' is not one of default, reduce-overhead"):
+        validate(bad)
+
+
 def test_pathfinder_difficulty_is_data_config_and_changes_ids_only_when_set():
     hard = resolve("pathfinder32", "softmax", preset="smoke")
     assert hard.data.difficulty is None and "difficulty" not in hard.identity()["data"]
@@ -153,16 +172,14 @@ def test_round_trip_through_dict_and_yaml():
         RunConfig.from_dict({**c.to_dict(), "model": {"width": 3}})
 
 
-def test_conversion_helpers():
-    from typing import Literal, Optional
-
-    assert convert_value("1_000", int, "k") == 1000
-    assert convert_value("off", bool, "k") is False
-    assert convert_value("auto", Optional[int], "k") is None
-    assert convert_value(3, float, "k") == 3.0 and isinstance(convert_value(3, float, "k"), float)
-    assert convert_value("b", Literal["a", "b"], "k") == "b"
-    with pytest.raises(ValueError, match="k: expected an integer, got True"):
-        convert_value(True, int, "k")
+def test_overrides_are_converted_to_the_field_types_by_the_shared_rules():
+    config = resolve("listops", "softmax", preset="smoke",
+                     overrides=["train.max_steps=1_000", "train.compile=off", "train.limit_val_batches=auto",
+                                "optim.lr=3", "seed=2"])
+    assert config.train.max_steps == 1000 and config.train.compile is False
+    assert config.train.limit_val_batches is None and config.optim.lr == 3.0 and config.seed == 2
+    with pytest.raises(ValueError, match="train.max_steps: expected an integer, got '2.5'"):
+        resolve("listops", "softmax", preset="smoke", overrides=["train.max_steps=2.5"])
     assert parse_overrides(["a.b = 3"]) == [("a.b", "3")]
 
 

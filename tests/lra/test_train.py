@@ -188,7 +188,7 @@ def test_resume_after_interruption_repeats_no_step(tmp_path, data_dir):
     rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
     assert counter.steps == [6, 7, 8]  # exactly the missing steps
     assert rec["status"] == "completed" and rec["steps"] == 8
-    assert [p["step"] for p in rec["val_acc_curve"]] == [3, 6, 8]  # the first session's point is kept
+    assert [p["step"] for p in rec["val_acc_curve"]] == [3, 6, 8]  # the point before the interruption is kept
     assert rec["wall_time_s"] > rec["val_acc_curve"][0]["wall_s"]
     assert load(config.run_dir() / "result.json")["status"] == "completed"
 
@@ -215,7 +215,7 @@ def test_a_moved_run_tree_resumes_with_its_best_checkpoint_state(tmp_path, data_
     best = sorted(ckpts.glob("best-*.ckpt"))
     assert len(best) == 1, best
     state = torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)
-    mc = next(v for k, v in state["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    mc = next(v for v in state["callbacks"].values() if "best_model_path" in v)
     assert Path(mc["best_model_path"]) == best[0] and Path(mc["dirpath"]) == ckpts.resolve()
     curve = rec["val_acc_curve"]
     top = max(p["val_acc"] for p in curve)
@@ -236,10 +236,10 @@ def test_ctrl_c_saves_the_step_and_records_the_interruption(tmp_path, data_dir):
 
 def test_a_run_killed_without_a_graceful_stop_resumes_from_its_last_validation(tmp_path, data_dir, monkeypatch):
     """last.ckpt is written after every validation, not only with a new best checkpoint (Lightning's
-    save_last), so a hard kill (SIGKILL: no exception handler runs) loses only the steps since the
+    save_last), so a hard kill (SIGKILL: no exception handler runs) loses only the steps after the
     last validation; the checkpoint's callback state still names the best checkpoint."""
     from lra import callbacks
-    from lra.transfer import stage_checkpoint
+    from lra.checkpoints import run_checkpoint
 
     monkeypatch.setattr(callbacks.SaveOnInterrupt, "on_exception", lambda *args: None)  # as under SIGKILL
     config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
@@ -250,9 +250,9 @@ def test_a_run_killed_without_a_graceful_stop_resumes_from_its_last_validation(t
     last = torch.load(ckpt_dir / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 9                                  # validations at 3, 6, 9
     assert not list(ckpt_dir.glob("*.tmp"))
-    states = [v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    states = [v for v in last["callbacks"].values() if "best_model_path" in v]
     assert len(states) == 1 and Path(states[0]["best_model_path"]).name in {p.name for p in ckpt_dir.glob("best-*.ckpt")}
-    assert stage_checkpoint(config.run_dir(), "best").name == Path(states[0]["best_model_path"]).name
+    assert run_checkpoint(config.run_dir(), "best").name == Path(states[0]["best_model_path"]).name
     counter = CountBatches()
     rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
     assert counter.steps == [10, 11, 12] and rec["status"] == "completed"
@@ -285,6 +285,35 @@ def test_a_bad_lra_stop_at_is_a_clear_error_before_anything_is_written(tmp_path,
     with pytest.raises(ValueError, match="LRA_STOP_AT must be a time in Unix seconds"):
         train(config, progress_bar=False)
     assert not config.run_dir().exists()
+
+
+def test_compile_mode_reaches_torch_compile_and_leaves_the_run_id(tmp_path, data_dir, capsys, monkeypatch):
+    """--compile-mode (train.compile_mode) is torch.compile's mode; it is recorded in the run's config
+    and, being a speed setting, is not part of the run id. An unknown mode is refused before training."""
+    modes = []
+
+    def fake_compile(fn, *args, **kwargs):  # records the call; the model runs eagerly
+        modes.append(kwargs.get("mode"))
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    runs = tmp_path / "runs"
+    argv = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+            "--runs-dir", str(runs), "--data-dir", str(data_dir), "--compile"]
+    assert main([*argv, "--compile-mode", "reduce-overhead", *FAST]) == 0, capsys.readouterr().err
+    assert modes and set(modes) == {"reduce-overhead"}
+    rec = only_record(runs)
+    assert rec["compile"] is True and rec["config"]["train"]["compile_mode"] == "reduce-overhead"
+    plain = resolve("listops", "softmax", preset="smoke", seq_len=64, overrides=FAST)
+    assert rec["run_id"] == plain.run_id()
+
+    modes.clear()
+    assert main([*argv, "--force", *FAST, "train.compile_mode=max-autotune"]) == 0, capsys.readouterr().err
+    assert set(modes) == {"max-autotune"}
+    capsys.readouterr()
+    assert main([*argv, "--force", "--compile-mode", "fastest", *FAST]) == 2
+    assert "train.compile_mode: expected one of 'default', 'reduce-overhead'" in capsys.readouterr().err
+    assert set(modes) == {"max-autotune"}  # nothing else was compiled
 
 
 def _python_output(code: str) -> str:
@@ -558,6 +587,27 @@ def test_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(tmp_p
     assert not [w for w in caught if "not resumable" in str(w.message)]
 
 
+@pytest.mark.parametrize("interrupt", ["crash after batch 9", "ctrl-c in batch 7"])
+def test_resume_with_loader_worker_processes_trains_on_exactly_the_batches_of_an_uninterrupted_one(
+        tmp_path, data_dir, interrupt):
+    """With DataLoader workers the resumed loader draws its first indices before Lightning sets the
+    epoch: the saved position carries its epoch (second epoch here: 6 batches an epoch)."""
+    overrides = [*FAST, "train.max_steps=11", "train.val_check_interval=5", "data.num_workers=2"]
+    whole = RecordBatches()
+    train(resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "whole",
+                  data_dir=data_dir, overrides=overrides), callbacks=[whole], progress_bar=False)
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "cut",
+                     data_dir=data_dir, overrides=overrides)
+    before, after = RecordBatches(), RecordBatches()
+    stop, trained = ((Crash(9, RuntimeError("power cut")), 9) if interrupt.startswith("crash")
+                     else (InterruptAtBatch(7, "start"), 6))
+    with pytest.raises((RunFailed, SystemExit)):
+        train(config, callbacks=[before, stop], progress_bar=False)
+    rec = train(config, resume=True, callbacks=[after], progress_bar=False)
+    assert rec["status"] == "completed" and rec["steps"] == 11
+    assert before.digests[:trained] + after.digests == whole.digests
+
+
 def test_max_minutes_stops_training_by_wall_clock(tmp_path, data_dir, capsys):
     """train.max_minutes (Lightning's max_time) ends the loop early; the run is still completed and
     tested, and its record says how many steps it made."""
@@ -593,7 +643,7 @@ class RecordLosses(pl.Callback):
 
 
 class InterruptAtBatch(pl.Callback):
-    """Ctrl-C while the n-th training micro-batch of the session runs (`where="start"`: fetched, not
+    """Ctrl-C while the n-th training micro-batch of this fit runs (`where="start"`: fetched, not
     yet trained on) or right after it (`where="end"`)."""
 
     def __init__(self, n: int, where: str):
@@ -638,7 +688,7 @@ def _tail_from_step(rows, step):
 @pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
 def test_resumed_run_draws_the_dropout_masks_of_an_uninterrupted_one(tmp_path, data_dir):
     """The RNG state is in the checkpoint: with dropout the resumed steps' losses are exactly those of
-    the uninterrupted run (before: re-seeded at restart, the masks of the first steps again)."""
+    the uninterrupted run (re-seeded at the restart instead, it would draw the first steps' masks again)."""
     overrides = [*FAST, "train.max_steps=10", "train.val_check_interval=4", "model.dropout=0.1",
                  "model.attention_dropout=0.1"]
     whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, Crash(6, RuntimeError("power cut")))
@@ -660,12 +710,33 @@ def test_resume_from_a_validation_checkpoint_with_dropout_continues_exactly(tmp_
 
 @pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
 def test_ctrl_c_during_a_batch_trains_that_batch_after_resume(tmp_path, data_dir):
-    """A batch fetched but interrupted before it was trained on is trained on after --resume (before:
-    the loader's saved position counted it as done, and the resumed run skipped it)."""
+    """A batch fetched but interrupted before it was trained on is trained on after --resume (the
+    loader's own position counts it as consumed; the resumed run would skip it)."""
     overrides = [*FAST, "train.max_steps=10", "train.val_check_interval=4"]
     whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, InterruptAtBatch(6, "start"))
     assert step == 5
     assert after == _tail_from_step(whole, 5)
+
+
+@pytest.mark.cpu_machine("bit-exact resumption; on the GPU the run's float sums vary in their last bits")
+def test_ctrl_c_in_the_first_batch_after_a_resume_keeps_the_resumed_position(tmp_path, data_dir):
+    """Interrupted again while the first batch after a resume runs: last.ckpt keeps the loader
+    position it resumed from, so that batch is trained on after the next resume."""
+    overrides = [*FAST, "train.max_steps=10", "train.val_check_interval=4"]
+    whole = RecordLosses()
+    train(resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "whole", data_dir=data_dir,
+                  overrides=overrides), callbacks=[whole], progress_bar=False)
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path / "cut", data_dir=data_dir,
+                     overrides=overrides)
+    with pytest.raises(RunFailed):
+        train(config, callbacks=[Crash(5, RuntimeError("power cut"))], progress_bar=False)
+    with pytest.raises(SystemExit):
+        train(config, resume=True, callbacks=[InterruptAtBatch(1, "start")], progress_bar=False)
+    last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 5
+    after = RecordLosses()
+    assert train(config, resume=True, callbacks=[after], progress_bar=False)["status"] == "completed"
+    assert after.rows == _tail_from_step(whole.rows, 5)
 
 
 @pytest.mark.parametrize("batch", [7, 11])  # the first batch of the second epoch; one in the middle of it
@@ -679,7 +750,7 @@ def test_ctrl_c_during_a_batch_with_accumulation_resumes_exactly(tmp_path, data_
 def test_ctrl_c_between_accumulated_micro_batches_keeps_the_validation_checkpoint(tmp_path, data_dir):
     """Interrupted after micro-batch 11 of 2-batch steps (step 6 half accumulated): no checkpoint can
     hold the half-accumulated gradient, so last.ckpt stays at the last validation (step 4) and the
-    resumed run repeats steps 5 and 6 exactly (before: it stepped on batch 12's gradient alone)."""
+    resumed run repeats steps 5 and 6 exactly (not a step on batch 12's gradient alone)."""
     overrides = [*FAST, "train.max_steps=8", "train.val_check_interval=4", "train.accumulate_grad_batches=2"]
     whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, InterruptAtBatch(11, "end"))
     assert step == 4

@@ -1,5 +1,6 @@
-"""Resolution transfer (lra.transfer): grid duplication, the exact upsampling property, checkpoint
-compatibility errors, recipes, cost arithmetic and the `lra transfer` chain at smoke scale."""
+"""Resolution transfer: grid duplication, the exact upsampling property and checkpoint compatibility
+errors (lra.checkpoint_transfer), recipes (lra.transfer_recipe), cost arithmetic (lra.transfer_cost)
+and the `lra transfer` chain at smoke scale (lra.transfer_chain)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +11,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from lra import transfer
+from lra import checkpoint_transfer, transfer_chain, transfer_cost, transfer_recipe
 from lra.config import ModelConfig, RunConfig
 from lra.model import DataSpec, build_model
 
@@ -57,7 +58,7 @@ def test_grid_duplication_is_the_expected_repeated_grid(tmp_path):
     ckpt = save_checkpoint(tmp_path / "s.ckpt", source, TINY, spec_for(3))
     for factor in (1, 2, 4):
         target = network(TINY, spec_for(3 * factor), seed=1)
-        report = transfer.load_initial_weights(target, ckpt, model_config=TINY, data_spec=spec_for(3 * factor))
+        report = checkpoint_transfer.load_initial_weights(target, ckpt, model_config=TINY, data_spec=spec_for(3 * factor))
         got = target.encoder.positions.weight.detach()
         expected = torch.empty(3 * factor, 3 * factor, DIM, dtype=torch.float64)
         for i in range(3 * factor):
@@ -74,15 +75,15 @@ def test_grid_duplication_is_the_expected_repeated_grid(tmp_path):
 
 
 def test_grid_factor_rules():
-    assert transfer.grid_factor((64, 64), (128, 128)) == 2
-    assert transfer.grid_factor((64, 64), (256, 256)) == 4
-    assert transfer.grid_factor((64, 64), (64, 64)) == 1
+    assert checkpoint_transfer.grid_factor((64, 64), (128, 128)) == 2
+    assert checkpoint_transfer.grid_factor((64, 64), (256, 256)) == 4
+    assert checkpoint_transfer.grid_factor((64, 64), (64, 64)) == 1
     with pytest.raises(ValueError, match="not an integer multiple"):
-        transfer.grid_factor((64, 64), (96, 96))
+        checkpoint_transfer.grid_factor((64, 64), (96, 96))
     with pytest.raises(ValueError, match="smaller"):
-        transfer.grid_factor((64, 64), (32, 32))
+        checkpoint_transfer.grid_factor((64, 64), (32, 32))
     with pytest.raises(ValueError, match="same factor on both sides"):
-        transfer.grid_factor((64, 64), (128, 256))
+        checkpoint_transfer.grid_factor((64, 64), (128, 256))
 
 
 # ------------------------------------------------------------------------- the exact transfer property
@@ -102,7 +103,7 @@ def test_upsampled_model_on_upsampled_image_gives_identical_logits(tmp_path, fac
     upsampled = nearest_upsample(tokens, side, factor)
     with torch.no_grad():
         before = big(upsampled)
-        transfer.load_initial_weights(big, ckpt, model_config=TINY, data_spec=big_spec)
+        checkpoint_transfer.load_initial_weights(big, ckpt, model_config=TINY, data_spec=big_spec)
         expected, got = small(tokens), big(upsampled)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, expected, rtol=1e-11, atol=1e-12)
@@ -124,7 +125,7 @@ def test_axial_positions_transfer_by_duplicating_rows_and_columns(tmp_path, fact
     small = network(axial, small_spec)
     ckpt = save_checkpoint(tmp_path / "axial.ckpt", small, axial, small_spec)
     big = network(axial, big_spec, seed=4)
-    report = transfer.load_initial_weights(big, ckpt, model_config=axial, data_spec=big_spec)
+    report = checkpoint_transfer.load_initial_weights(big, ckpt, model_config=axial, data_spec=big_spec)
     assert sorted(report.upsampled) == ["encoder.positions.cols", "encoder.positions.rows"]
     grid_small, grid_big = small.encoder.positions.grid(), big.encoder.positions.grid()
     for i in range(side * factor):
@@ -146,7 +147,7 @@ def test_exact_property_holds_through_our_flash_kernel(tmp_path):
     small = network(TINY, small_spec, attention="flash", dtype=torch.float32)
     ckpt = save_checkpoint(tmp_path / "small.ckpt", small, TINY, small_spec, attention="flash")
     big = network(TINY, big_spec, attention="flash", seed=3, dtype=torch.float32)
-    transfer.load_initial_weights(big, ckpt, model_config=TINY, data_spec=big_spec)
+    checkpoint_transfer.load_initial_weights(big, ckpt, model_config=TINY, data_spec=big_spec)
     tokens = torch.randint(0, 256, (2, side * side), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(big(nearest_upsample(tokens, side, factor)), small(tokens),
@@ -165,8 +166,8 @@ def refuse(ckpt, cfg: ModelConfig, spec: DataSpec, match: str, attention: str = 
     model = network(cfg, spec, attention=attention, seed=7)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(ValueError, match=match) as info:
-        transfer.load_initial_weights(model, ckpt, model_config=cfg, data_spec=spec)
-    assert isinstance(info.value, transfer.IncompatibleCheckpoint)
+        checkpoint_transfer.load_initial_weights(model, ckpt, model_config=cfg, data_spec=spec)
+    assert isinstance(info.value, checkpoint_transfer.IncompatibleCheckpoint)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     return str(info.value)
 
@@ -204,7 +205,7 @@ def test_refuses_non_grid_positions(tmp_path):
     refuse(grid_ckpt, flat, spec_for(8), "target model has flat learned positions")
     # At the same length nothing is upsampled: a flat table copies as it is.
     same = network(flat, spec_for(4), seed=9)
-    assert transfer.load_initial_weights(same, flat_ckpt, model_config=flat, data_spec=spec_for(4)).factor == 1
+    assert checkpoint_transfer.load_initial_weights(same, flat_ckpt, model_config=flat, data_spec=spec_for(4)).factor == 1
 
 
 def test_refuses_non_integer_or_shrinking_factor(source_ckpt):
@@ -236,13 +237,13 @@ def test_attention_state_kept_or_refused(tmp_path):
     performer = network(TINY, spec8, attention="performer", seed=2)
     features = {k: v.clone() for k, v in performer.state_dict().items() if k.endswith("core.projection")}
     assert len(features) == TINY.depth
-    report = transfer.load_initial_weights(performer, ckpt, model_config=TINY, data_spec=spec8)
+    report = checkpoint_transfer.load_initial_weights(performer, ckpt, model_config=TINY, data_spec=spec8)
     assert set(features) <= set(report.kept)
     assert all(torch.equal(performer.state_dict()[k], v) for k, v in features.items())
     # Performer -> Performer: its features and counters (extra state) come from the checkpoint.
     perf_ckpt = save_checkpoint(tmp_path / "perf.ckpt", performer, TINY, spec8, attention="performer")
     again = network(TINY, spec_for(16), attention="performer", seed=5)
-    report = transfer.load_initial_weights(again, perf_ckpt, model_config=TINY, data_spec=spec_for(16))
+    report = checkpoint_transfer.load_initial_weights(again, perf_ckpt, model_config=TINY, data_spec=spec_for(16))
     assert report.kept == [] and report.factor == 2
     assert all(torch.equal(again.state_dict()[k], v) for k, v in features.items())
     lin_ckpt = save_checkpoint(tmp_path / "lin.ckpt", network(TINY, spec4, attention="linformer"), TINY, spec4,
@@ -250,7 +251,7 @@ def test_attention_state_kept_or_refused(tmp_path):
     message = refuse(lin_ckpt, TINY, spec8, "cannot be transferred", attention="linformer")
     assert "linformer" in message and "grid duplication" not in message
     # Linformer weights are the checkpoint attention's own: a softmax target ignores them.
-    report = transfer.load_initial_weights(network(TINY, spec8), lin_ckpt, model_config=TINY, data_spec=spec8)
+    report = checkpoint_transfer.load_initial_weights(network(TINY, spec8), lin_ckpt, model_config=TINY, data_spec=spec8)
     assert report.ignored and all(".core." in k for k in report.ignored)
 
 
@@ -262,21 +263,21 @@ def test_initial_weights_from_an_lra_module(tmp_path):
     ckpt = save_checkpoint(tmp_path / "s.ckpt", network(TINY, spec4, dtype=torch.float32), TINY, spec4)
     config = RunConfig(task="pathfinder64", attention="softmax", model=TINY)
     module = LraModule(config.to_dict(), spec8.to_dict())
-    report = transfer.load_initial_weights(module, ckpt)
+    report = checkpoint_transfer.load_initial_weights(module, ckpt)
     assert report.factor == 2 and report.copied == len(module.model.state_dict())
     source = torch.load(ckpt, weights_only=True)["state_dict"]
     assert torch.equal(module.model.encoder.embed.weight, source["model.encoder.embed.weight"])
 
 
 # ------------------------------------------------------------------------------------- recipes, cost
-@pytest.mark.parametrize("target", transfer.TARGETS)
+@pytest.mark.parametrize("target", transfer_recipe.TARGETS)
 def test_shipped_recipes_resolve_and_chain_compatible_models(target):
     """Every recipe's stages resolve against the task presets, and each stage's model fits the one
     it starts from (a mismatch would surface only after days of pretraining)."""
-    for name in transfer.recipe_names(target):
-        recipe = transfer.load_recipe(target, name)
-        stages = {s.name: s for s in transfer.plan_chain(recipe, transfer.ChainOptions())}
-        scratch = transfer.plan_chain(recipe, transfer.ChainOptions(), from_scratch=True)[0]
+    for name in transfer_recipe.recipe_names(target):
+        recipe = transfer_recipe.load_recipe(target, name)
+        stages = {s.name: s for s in transfer_chain.plan_chain(recipe, transfer_chain.ChainOptions())}
+        scratch = transfer_chain.plan_chain(recipe, transfer_chain.ChainOptions(), from_scratch=True)[0]
         assert scratch.config.model == stages["finetune"].config.model
         for stage in stages.values():
             if stage.spec.init_stage:
@@ -291,9 +292,9 @@ def test_shipped_recipes_resolve_and_chain_compatible_models(target):
 
 
 def test_mini_recipe_transfers_pathfinder32_to_64_with_the_paper_model():
-    mini = transfer.load_recipe("pathx", "mini")
-    pretrain, finetune = transfer.plan_chain(mini, transfer.ChainOptions())
-    scratch = transfer.plan_chain(mini, transfer.ChainOptions(), from_scratch=True)[0]
+    mini = transfer_recipe.load_recipe("pathx", "mini")
+    pretrain, finetune = transfer_chain.plan_chain(mini, transfer_chain.ChainOptions())
+    scratch = transfer_chain.plan_chain(mini, transfer_chain.ChainOptions(), from_scratch=True)[0]
     assert (pretrain.config.task, finetune.config.task, scratch.config.task) == ("pathfinder32", "pathfinder64",
                                                                                   "pathfinder64")
     assert pretrain.config.model == finetune.config.model == scratch.config.model
@@ -303,12 +304,12 @@ def test_mini_recipe_transfers_pathfinder32_to_64_with_the_paper_model():
 
 
 def test_curriculum_recipe_chains_pathfinder32_64_pathx_with_augmentation():
-    """The chain that left chance in sessions 9-10: PF32 -> PF64 -> Path-X from best checkpoints,
+    """The chain that left chance in our runs: PF32 -> PF64 -> Path-X from best checkpoints,
     easy images and dihedral augmentation in every stage (the scratch baseline too), the paper model
     throughout, and the stages' batch sizes as measured."""
-    recipe = transfer.load_recipe("pathx", "curriculum")
-    stages = transfer.plan_chain(recipe, transfer.ChainOptions())
-    scratch = transfer.plan_chain(recipe, transfer.ChainOptions(), from_scratch=True)[0]
+    recipe = transfer_recipe.load_recipe("pathx", "curriculum")
+    stages = transfer_chain.plan_chain(recipe, transfer_chain.ChainOptions())
+    scratch = transfer_chain.plan_chain(recipe, transfer_chain.ChainOptions(), from_scratch=True)[0]
     assert [(s.name, s.config.task) for s in stages] == [("pretrain", "pathfinder32"), ("path64", "pathfinder64"),
                                                          ("finetune", "pathx")]
     assert [s.spec.init_stage for s in stages] == [None, "pretrain", "path64"]
@@ -322,29 +323,29 @@ def test_curriculum_recipe_chains_pathfinder32_64_pathx_with_augmentation():
 
 
 def test_path256_recipe_is_block_sparse_butterfly_and_overridable():
-    paper = transfer.load_recipe("path256", "path256-transfer")
-    pretrain, finetune = (s.config for s in transfer.plan_chain(paper, transfer.ChainOptions()))
+    paper = transfer_recipe.load_recipe("path256", "path256-transfer")
+    pretrain, finetune = (s.config for s in transfer_chain.plan_chain(paper, transfer_chain.ChainOptions()))
     assert (pretrain.attention, finetune.attention) == ("flash", "flash_sparse")
     assert finetune.attention_options["layout"] == "butterfly" and finetune.attention_options["block_size"] == 128
     # One Path-64 pretraining serves both targets: the same run id, so the second chain skips it.
-    shared = [transfer.plan_chain(transfer.load_recipe(t, f"{t}-transfer"), transfer.ChainOptions())[0]
-              for t in transfer.TARGETS]
+    shared = [transfer_chain.plan_chain(transfer_recipe.load_recipe(t, f"{t}-transfer"), transfer_chain.ChainOptions())[0]
+              for t in transfer_recipe.TARGETS]
     for stage in shared:
-        transfer.fix_length(stage, 160_000)
+        transfer_chain.fix_length(stage, 160_000)
     assert shared[0].config.run_id() == shared[1].config.run_id()
-    options = transfer.ChainOptions(overrides=["finetune:attention.layout=local", "finetune:attention.window=5"])
-    finetune = transfer.plan_chain(paper, options)[1].config  # the command line wins over the recipe
+    options = transfer_chain.ChainOptions(overrides=["finetune:attention.layout=local", "finetune:attention.window=5"])
+    finetune = transfer_chain.plan_chain(paper, options)[1].config  # the command line wins over the recipe
     assert (finetune.attention_options["layout"], finetune.attention_options["window"]) == ("local", 5)
     assert finetune.attention_options["block_size"] == 128
 
 
 def test_epochs_become_steps_and_overrides_reach_their_stage():
-    recipe = transfer.load_recipe("pathx", "pathx-transfer")
-    options = transfer.ChainOptions(overrides=["epochs=3", "finetune:optim.lr=5e-5", "pretrain:epochs=10",
+    recipe = transfer_recipe.load_recipe("pathx", "pathx-transfer")
+    options = transfer_chain.ChainOptions(overrides=["epochs=3", "finetune:optim.lr=5e-5", "pretrain:epochs=10",
                                                "train.accumulate_grad_batches=2"], devices="1")
-    pretrain, finetune, finetune2 = transfer.plan_chain(recipe, options)
-    transfer.fix_length(pretrain, 1000)  # batch 256, accumulate 2: ceil(ceil(1000/256)/2) = 2 steps
-    transfer.fix_length(finetune, 1000)
+    pretrain, finetune, finetune2 = transfer_chain.plan_chain(recipe, options)
+    transfer_chain.fix_length(pretrain, 1000)  # batch 256, accumulate 2: ceil(ceil(1000/256)/2) = 2 steps
+    transfer_chain.fix_length(finetune, 1000)
     assert (pretrain.steps_per_epoch, pretrain.config.train.max_steps) == (2, 20)
     assert pretrain.config.optim.warmup_steps == 1 and pretrain.config.optim.schedule == "linear"
     assert (finetune.config.train.max_steps, finetune.config.optim.warmup_steps) == (6, 2)
@@ -352,59 +353,59 @@ def test_epochs_become_steps_and_overrides_reach_their_stage():
     assert finetune.config.optim.lr == 5e-5 and finetune2.config.optim.lr == 1e-4
     assert finetune.config.preset == "pathx-transfer" and finetune2.config.preset == "pathx-transfer-ft2"
     # Later wins: recipe-wide < the stage's own < command line for all < command line for the stage.
-    smoke = transfer.load_recipe("pathx", "smoke")
-    batch = lambda opts: [s.config.train.batch_size for s in transfer.plan_chain(smoke, opts)]  # noqa: E731
-    assert batch(transfer.ChainOptions()) == [4, 2, 2]
-    assert batch(transfer.ChainOptions(overrides=["train.batch_size=3"])) == [3, 3, 3]
-    assert batch(transfer.ChainOptions(overrides=["finetune:train.batch_size=5", "train.batch_size=3"])) == [3, 5, 3]
+    smoke = transfer_recipe.load_recipe("pathx", "smoke")
+    batch = lambda opts: [s.config.train.batch_size for s in transfer_chain.plan_chain(smoke, opts)]  # noqa: E731
+    assert batch(transfer_chain.ChainOptions()) == [4, 2, 2]
+    assert batch(transfer_chain.ChainOptions(overrides=["train.batch_size=3"])) == [3, 3, 3]
+    assert batch(transfer_chain.ChainOptions(overrides=["finetune:train.batch_size=5", "train.batch_size=3"])) == [3, 5, 3]
     with pytest.raises(ValueError, match="no stage 'bogus'"):
-        transfer.plan_chain(recipe, transfer.ChainOptions(overrides=["bogus:epochs=1"]))
+        transfer_chain.plan_chain(recipe, transfer_chain.ChainOptions(overrides=["bogus:epochs=1"]))
     with pytest.raises(ValueError, match="model.dim"):
-        transfer.plan_chain(recipe, transfer.ChainOptions(overrides=["model.dimm=3"]))
+        transfer_chain.plan_chain(recipe, transfer_chain.ChainOptions(overrides=["model.dimm=3"]))
     with pytest.raises(ValueError, match="no transfer recipe 'nope'"):
-        transfer.load_recipe("pathx", "nope")
+        transfer_recipe.load_recipe("pathx", "nope")
     with pytest.raises(ValueError, match="unknown transfer target"):
-        transfer.load_recipe("image", "smoke")
+        transfer_recipe.load_recipe("image", "smoke")
 
 
 def test_stage_preset_override_renames_one_stage_and_keeps_its_run_apart():
     """`pretrain:preset=NAME` records a pretraining variant under its own name (its own run id and
     table rows); the stage that starts from it follows, and a nameless `preset=` is refused."""
-    mini = transfer.load_recipe("pathx", "mini")
-    plain = transfer.plan_chain(mini, transfer.ChainOptions(overrides=["pretrain:optim.lr=5e-4"]))
-    renamed = transfer.plan_chain(mini, transfer.ChainOptions(
+    mini = transfer_recipe.load_recipe("pathx", "mini")
+    plain = transfer_chain.plan_chain(mini, transfer_chain.ChainOptions(overrides=["pretrain:optim.lr=5e-4"]))
+    renamed = transfer_chain.plan_chain(mini, transfer_chain.ChainOptions(
         overrides=["pretrain:optim.lr=5e-4", "pretrain:preset=mini-pretrain-lr5e-4"]))
     for stages in (plain, renamed):
         for stage in stages:
-            transfer.fix_length(stage, 1000)
+            transfer_chain.fix_length(stage, 1000)
     assert [s.config.preset for s in plain] == ["mini-pretrain", "mini-finetune"]
     assert [s.config.preset for s in renamed] == ["mini-pretrain-lr5e-4", "mini-finetune"]
     assert renamed[0].config.optim.lr == 5e-4 and renamed[0].config.train.max_steps == plain[0].config.train.max_steps
     assert renamed[0].run_dir != plain[0].run_dir and renamed[0].run_dir.name.startswith("mini-pretrain-lr5e-4-")
     assert renamed[1].config.run_id() == plain[1].config.run_id()  # the fine-tune itself is unchanged
     with pytest.raises(ValueError, match="name the stage"):
-        transfer.plan_chain(mini, transfer.ChainOptions(overrides=["preset=x"]))
+        transfer_chain.plan_chain(mini, transfer_chain.ChainOptions(overrides=["preset=x"]))
     with pytest.raises(ValueError, match="preset name"):
-        transfer.plan_chain(mini, transfer.ChainOptions(overrides=["pretrain:preset=../x"]))
+        transfer_chain.plan_chain(mini, transfer_chain.ChainOptions(overrides=["pretrain:preset=../x"]))
 
 
 def test_cost_formula():
-    stages = [transfer.StageCost(stage="pretrain", task="pathfinder64", attention="flash", batch_size=256,
+    stages = [transfer_cost.StageCost(stage="pretrain", task="pathfinder64", attention="flash", batch_size=256,
                                  devices=1, steps_per_epoch=625, epochs=200, evals=200, val_batches=79,
                                  step_ms=36.0),
-              transfer.StageCost(stage="finetune", task="pathx", attention="flash", batch_size=256, devices=2,
+              transfer_cost.StageCost(stage="finetune", task="pathx", attention="flash", batch_size=256, devices=2,
                                  steps_per_epoch=313, epochs=200, evals=200, val_batches=40, step_ms=90.0,
                                  val_ms=20.0)]
-    df = transfer.estimate_cost(stages)
+    df = transfer_cost.estimate_cost(stages)
     pre = 625 * 200 * 36.0 / 3.6e6 + 200 * 79 * 12.0 / 3.6e6
     fine = 2 * (313 * 200 * 90.0 / 3.6e6 + 200 * 40 * 20.0 / 3.6e6)
     assert df.loc[0, "gpu_h"] == pytest.approx(pre)
     assert df.loc[1, "gpu_h"] == pytest.approx(fine)
     assert df.iloc[-1]["stage"] == "total" and df.iloc[-1]["gpu_h"] == pytest.approx(pre + fine)
     # Path-256: 4 accumulated micro-batches per optimizer step; a validation batch is one micro-batch
-    accumulated = transfer.estimate_cost([dataclasses.replace(stages[0], accumulate=4)])
+    accumulated = transfer_cost.estimate_cost([dataclasses.replace(stages[0], accumulate=4)])
     assert accumulated.loc[0, "val_h"] == pytest.approx(200 * 79 * (36.0 / 4 / 3) / 3.6e6)
-    unknown = transfer.estimate_cost([dataclasses.replace(stages[0], step_ms=None), stages[1]])
+    unknown = transfer_cost.estimate_cost([dataclasses.replace(stages[0], step_ms=None), stages[1]])
     assert unknown.iloc[-1]["gpu_h"] is None or unknown.iloc[-1]["gpu_h"] != unknown.iloc[-1]["gpu_h"]
 
 
@@ -427,8 +428,8 @@ def test_chain_smoke_pretrain_finetune_twice_resume_and_skip(tmp_path):
     from lra.train import train as real_train
 
     runs = tmp_path / "runs"
-    recipe = transfer.load_recipe("pathx", "smoke")
-    options = transfer.ChainOptions(runs_dir=str(runs), data_dir=str(tmp_path / "data"))
+    recipe = transfer_recipe.load_recipe("pathx", "smoke")
+    options = transfer_chain.ChainOptions(runs_dir=str(runs), data_dir=str(tmp_path / "data"))
     calls = []
 
     def crash_in_finetune(config, **kwargs):
@@ -442,18 +443,18 @@ def test_chain_smoke_pretrain_finetune_twice_resume_and_skip(tmp_path):
         return real_train(config, **kwargs)
 
     with pytest.raises(RunFailed, match="simulated crash"):
-        transfer.run_chain(transfer.plan_chain(recipe, options), train_fn=crash_in_finetune, progress_bar=False)
-    stages = transfer.plan_chain(recipe, options)
+        transfer_chain.run_chain(transfer_chain.plan_chain(recipe, options), train_fn=crash_in_finetune, progress_bar=False)
+    stages = transfer_chain.plan_chain(recipe, options)
     pretrain, finetune, finetune2 = stages
     for stage in stages:  # the run ids depend on the step counts, fixed once the data is counted
-        transfer.fix_length(stage, 16 if stage.config.task == "pathfinder32" else 4)
+        transfer_chain.fix_length(stage, 16 if stage.config.task == "pathfinder32" else 4)
     assert [s.state() for s in stages] == ["done", "resume", "new"]
     init = json.loads((finetune.run_dir / "init.json").read_text())
     assert init["init_from_stage"] == "pretrain" and init["checkpoint"] == "last"
     assert init["transfer"]["factor"] == 2 and init["transfer"]["upsampled"] == ["encoder.positions.weight"]
 
     calls.clear()
-    records = transfer.run_chain(transfer.plan_chain(recipe, options), train_fn=train_and_count, progress_bar=False)
+    records = transfer_chain.run_chain(transfer_chain.plan_chain(recipe, options), train_fn=train_and_count, progress_bar=False)
     assert calls == ["smoke-finetune", "smoke-finetune2"]
     assert [r["status"] for r in records] == ["completed"] * 3
     assert records[1]["steps"] == finetune.config.train.max_steps == 2  # resumed, not restarted
@@ -467,10 +468,10 @@ def test_chain_smoke_pretrain_finetune_twice_resume_and_skip(tmp_path):
     def no_training(config, **kwargs):
         raise AssertionError(f"{config.preset} should have been skipped")
 
-    again = transfer.run_chain(transfer.plan_chain(recipe, options), train_fn=no_training, progress_bar=False)
+    again = transfer_chain.run_chain(transfer_chain.plan_chain(recipe, options), train_fn=no_training, progress_bar=False)
     assert [r["run_id"] for r in again] == [r["run_id"] for r in records]
 
-    summary = transfer.chain_summary(stages)
+    summary = transfer_chain.chain_summary(stages)
     assert list(summary["status"]) == ["completed"] * 3
     assert list(summary["init"]) == ["-", "pretrain (last)", "finetune (best)"]
 
@@ -478,7 +479,7 @@ def test_chain_smoke_pretrain_finetune_twice_resume_and_skip(tmp_path):
     init["source_run"] = "pathfinder32/sdpa/another-run"
     (finetune.run_dir / "init.json").write_text(json.dumps(init))
     with pytest.raises(ValueError, match="started from pathfinder32/sdpa/another-run"):
-        transfer.run_chain(transfer.plan_chain(recipe, options), train_fn=no_training, progress_bar=False)
+        transfer_chain.run_chain(transfer_chain.plan_chain(recipe, options), train_fn=no_training, progress_bar=False)
 
 
 def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
@@ -591,7 +592,7 @@ def test_a_run_started_from_a_checkpoint_resumes_without_it(tmp_path, capsys, mo
     assert main(fresh) == 2
     assert "p16.ckpt" in capsys.readouterr().err
 
-    # --resume naming the checkpoint by another path (session 12: a device call did): a new run id,
+    # --resume naming the checkpoint by another path: a new run id,
     # nothing to resume there -- the error says the path is part of the id
     moved = tmp_path / "elsewhere" / "p16.ckpt"
     assert main([*common[:-3], str(moved), *common[-2:], "--resume"]) == 2

@@ -1,0 +1,97 @@
+"""The checkpoints of a run folder (`<run>/checkpoints/`): `best-step<N>.ckpt`, the best by
+validation accuracy, and `last.ckpt`, the one a run resumes from; how they are kept and found.
+
+Lightning writes both (`ModelCheckpoint` with `save_last`; `RunCheckpoint` says what it adds): at
+every validation of a fit, last.ckpt after the best one, so its callback state names the best file;
+each through a file-system transaction, so a process killed while writing leaves the previous file
+intact.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+CHECKPOINT_DIR = "checkpoints"
+LAST = "last.ckpt"
+BEST_PATTERN = "best-step{step}"
+
+
+def rebase_checkpoint_state(state: dict, old_dir: str, new_dir: str) -> dict:
+    """A ModelCheckpoint state dict with the files directly under `old_dir` named under `new_dir`
+    (best_k_models' keys and the best / kth / last paths) and dirpath `new_dir`; other paths unchanged."""
+    old_dir = os.path.normpath(old_dir)
+
+    def move(path):
+        if isinstance(path, str) and path and os.path.dirname(os.path.normpath(path)) == old_dir:
+            return os.path.join(new_dir, os.path.basename(path))
+        return path
+
+    state = dict(state, dirpath=new_dir)
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        if key in state:
+            state[key] = move(state[key])
+    if isinstance(state.get("best_k_models"), dict):
+        state["best_k_models"] = {move(path): score for path, score in state["best_k_models"].items()}
+    return state
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint with two things it lacks:
+
+    - last.ckpt at every validation: Lightning's `save_last` refreshes it only when a new top-k
+      checkpoint is saved, so a run killed without a graceful stop (SIGKILL, a lost machine) would
+      resume from its best step instead of its last validation;
+    - a run tree that was moved (copied to another machine or folder) keeps its best-k state:
+      Lightning restores it only when the saved (absolute) dirpath is this one, else the first
+      validation after a resume becomes "best" whatever its accuracy and the old best file stays
+      beside the new one. Paths inside the saved dirpath are moved to this one."""
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_skip_saving_checkpoint(trainer):  # nothing was saved at this step
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        saved = state_dict.get("dirpath")
+        if saved and self.dirpath and saved != self.dirpath:
+            state_dict = rebase_checkpoint_state(state_dict, saved, self.dirpath)
+        super().load_state_dict(state_dict)
+
+
+def checkpoint_callback(ckpt_dir: Path, monitor: str) -> ModelCheckpoint:
+    """The best checkpoint by `monitor` (higher is better) and last.ckpt, both at every validation."""
+    return RunCheckpoint(dirpath=ckpt_dir, filename=BEST_PATTERN, monitor=monitor, mode="max", save_top_k=1,
+                         save_last=True, auto_insert_metric_name=False, enable_version_counter=False)
+
+
+def best_model_path(checkpoint: dict) -> str | None:
+    """The best checkpoint a Lightning checkpoint's ModelCheckpoint state names (None: none)."""
+    for value in (checkpoint.get("callbacks") or {}).values():
+        if isinstance(value, dict) and value.get("best_model_path"):
+            return str(value["best_model_path"])
+    return None
+
+
+def run_checkpoint(run_dir: Path, which: str) -> Path:
+    """The `last` checkpoint or the `best` (validation accuracy) checkpoint of a run folder."""
+    ckpt_dir = Path(run_dir) / CHECKPOINT_DIR
+    if which == "last":
+        path = ckpt_dir / LAST
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: the run in {run_dir} left no last checkpoint")
+        return path
+    best = sorted(ckpt_dir.glob("best-*.ckpt"))
+    if len(best) == 1:
+        return best[0]
+    if len(best) > 1:  # e.g. a file copied in beside the run's own: last.ckpt says which one is best
+        last = ckpt_dir / LAST
+        if last.is_file():
+            named = best_model_path(torch.load(last, map_location="cpu", weights_only=True))
+            if named and (ckpt_dir / Path(named).name).is_file():
+                return ckpt_dir / Path(named).name
+        raise ValueError(f"{ckpt_dir} holds several best checkpoints ({', '.join(p.name for p in best)}) and "
+                         f"last.ckpt does not say which one is best; keep only one")
+    raise FileNotFoundError(f"no best-*.ckpt in {ckpt_dir}: the run in {run_dir} never validated")
