@@ -24,7 +24,7 @@ RECORD_FIELDS = {
     "error", "best_val_acc", "test_acc", "val_acc_curve", "steps", "epochs", "wall_time_s",
     "time_to_best_s", "step_time_ms", "train_samples_per_s", "train_tokens_per_s", "peak_mem_gb",
     "num_params", "batch_size", "device", "devices", "precision", "compile", "versions", "git_rev",
-    "kernel_env", "created", "config",
+    "kernel_env", "created", "config", "sharing", "data",
 }
 # Smaller than the smoke preset: a few steps on a few dozen examples.
 FAST = ["train.max_steps=6", "train.val_check_interval=3", "train.batch_size=8", "data.limit_train=48",
