@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from lra.checkpoints import UnsafeCheckpoint, load_checkpoint
 from lra.config import ModelConfig, RunConfig
 from lra.model import DataSpec, MultiHeadSelfAttention
 from lra.positional import AxialPositionalEmbedding, GridPositionalEmbedding, upsample_axial, upsample_grid
@@ -68,11 +69,6 @@ class SourceCheckpoint:
         return f"{self.config.task}/{self.config.attention} {self.config.run_id()} ({size})"
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}".strip().rstrip(":")
-
-
 def read_checkpoint(path: str | Path) -> SourceCheckpoint:
     """Load `path` (a `.ckpt` written by `lra train`) on the CPU; IncompatibleCheckpoint if it is not one."""
     path = Path(path)
@@ -84,10 +80,9 @@ def read_checkpoint(path: str | Path) -> SourceCheckpoint:
     if not path.is_file():
         raise IncompatibleCheckpoint(f"checkpoint {path}: no such file")
     try:
-        # weights_only: a checkpoint is data; nothing in it may run code when it is read.
-        raw = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - zip / pickle / truncation errors all mean "not readable"
-        raise IncompatibleCheckpoint(f"{path} is not a readable PyTorch checkpoint ({_first_line(err)})") from None
+        raw = load_checkpoint(path)
+    except UnsafeCheckpoint as err:
+        raise IncompatibleCheckpoint(str(err)) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("state_dict"), dict):
         what = "a bare state_dict" if isinstance(raw, dict) and raw and all(
             isinstance(v, torch.Tensor) for v in raw.values()) else f"a {type(raw).__name__}"

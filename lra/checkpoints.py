@@ -19,6 +19,31 @@ LAST = "last.ckpt"
 BEST_PATTERN = "best-step{step}"
 
 
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint that holds more than tensors and plain data (a pickled object that would run
+    code when loaded), or that cannot be read at all."""
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """`path` read as data only (`torch.load(weights_only=True)`): the one way this project opens a
+    checkpoint. Run trees travel between machines and users; nothing in one may run code here. A
+    file holding pickled objects beyond tensors and plain containers is refused, naming the object."""
+    import pickle
+
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        detail = str(err).strip().splitlines()
+        why = next((line for line in detail if "GLOBAL" in line or "Unsupported" in line), detail[0] if detail else "")
+        raise UnsafeCheckpoint(f"refusing to load {path}: it holds objects other than tensors and plain data, "
+                               f"which could run code when loaded ({why.strip()}). `lra train` never writes "
+                               "such a file: it was made or altered elsewhere") from None
+    except Exception as err:  # noqa: BLE001 - zip / truncation / I/O errors all mean "not readable"
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise UnsafeCheckpoint(f"{path} is not a readable PyTorch checkpoint ({type(err).__name__}: {first})") from None
+
+
 def rebase_checkpoint_state(state: dict, old_dir: str, new_dir: str) -> dict:
     """A ModelCheckpoint state dict with the files directly under `old_dir` named under `new_dir`
     (best_k_models' keys and the best / kth / last paths) and dirpath `new_dir`; other paths unchanged."""
@@ -89,7 +114,7 @@ def run_checkpoint(run_dir: Path, which: str) -> Path:
     if len(best) > 1:  # e.g. a file copied in beside the run's own: last.ckpt says which one is best
         last = ckpt_dir / LAST
         if last.is_file():
-            named = best_model_path(torch.load(last, map_location="cpu", weights_only=True))
+            named = best_model_path(load_checkpoint(last))
             if named and (ckpt_dir / Path(named).name).is_file():
                 return ckpt_dir / Path(named).name
         raise ValueError(f"{ckpt_dir} holds several best checkpoints ({', '.join(p.name for p in best)}) and "

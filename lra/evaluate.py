@@ -69,10 +69,9 @@ def run_config(run_dir: Path) -> RunConfig:
 def load_weights(module: torch.nn.Module, checkpoint: Path) -> int:
     """The checkpoint's model weights into `module` (the LightningModule); returns the checkpoint's
     global step. Missing or unexpected tensors are one ValueError naming them."""
-    try:
-        raw = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 - zip / pickle / truncation errors all mean "not readable"
-        raise ValueError(f"{checkpoint} is not a readable checkpoint ({type(err).__name__}: {err})") from None
+    from lra.checkpoints import load_checkpoint
+
+    raw = load_checkpoint(checkpoint)
     if not isinstance(raw, dict) or "state_dict" not in raw:
         raise ValueError(f"{checkpoint} is not a Lightning checkpoint of `lra train` (no state_dict)")
     missing, unexpected = module.load_state_dict(raw["state_dict"], strict=False)

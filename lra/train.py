@@ -70,8 +70,8 @@ class RunFailed(RuntimeError):
         self.status, self.error, self.record_path, self.traceback = status, error, record_path, tb
 
 
-# Our checkpoints hold the config and callback state besides tensors, and we wrote them ourselves.
-_OWN_CHECKPOINT = ({"weights_only": False}
+# Lightning opens checkpoints as data only too (`lra.checkpoints.load_checkpoint` says why).
+_OWN_CHECKPOINT = ({"weights_only": True}
                    if "weights_only" in inspect.signature(pl.Trainer.test).parameters else {})
 
 
@@ -339,6 +339,10 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         raise ValueError(f"an interrupted run exists in {run_dir}; pass --resume to continue it "
                          f"or --force to start it over")
     resume_from = str(last) if resume and last.exists() else None
+    if resume_from is not None:
+        from lra.checkpoints import load_checkpoint
+
+        load_checkpoint(resume_from)  # an unsafe or unreadable file: a clear error before anything runs
     if config.train.init_from:
         # An incompatible checkpoint is a clear error before anything is written; the weights are
         # loaded when a fresh fit starts. A resumed run restores its own weights from last.ckpt, so
