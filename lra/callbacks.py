@@ -163,6 +163,45 @@ class TrainingStats(pl.Callback):
         self.curve = list(self.curve)
 
 
+class Diverged(RuntimeError):
+    """The training loss became NaN or infinite: the run cannot recover, and is recorded `diverged`."""
+
+
+class StopOnDivergence(pl.Callback):
+    """Stop a fit whose training loss is no longer finite (too high a learning rate, fp16 overflow).
+    The check is kept on the device (no host sync per step) and read every `every` optimizer steps,
+    before each validation and at the end, so a diverged run stops within `every` steps."""
+
+    def __init__(self, every: int = 50):
+        super().__init__()
+        self.every = int(every)
+        self._bad: torch.Tensor | None = None
+        self._since: int | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if not isinstance(loss, torch.Tensor):
+            return
+        bad = ~torch.isfinite(loss.detach())
+        self._bad = bad if self._bad is None else self._bad | bad
+        self._since = trainer.global_step if self._since is None else self._since
+        if trainer.global_step - self._since >= self.every:
+            self._check(trainer)
+
+    def on_validation_start(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self._check(trainer)
+
+    def on_train_end(self, trainer, pl_module):
+        self._check(trainer)
+
+    def _check(self, trainer) -> None:
+        bad, self._bad, self._since = self._bad, None, None
+        if bad is not None and bool(trainer.strategy.reduce_boolean_decision(bool(bad), all=False)):
+            raise Diverged(f"training loss is not finite by step {trainer.global_step} (NaN or inf): the run "
+                           "diverged; lower optim.lr, use bf16 instead of fp16, or clip gradients (optim.grad_clip)")
+
+
 class ValidateAtEnd(pl.Callback):
     """Validate after the last step even when `max_steps` is not a multiple of the val interval.
 
@@ -365,6 +404,8 @@ class SaveOnInterrupt(pl.Callback):
             self._before_fetch = (batch_idx + 1, copy.deepcopy(loader.state_dict()))
 
     def on_exception(self, trainer, pl_module, exception):
+        if isinstance(exception, Diverged):  # a diverged model is no state to continue from
+            return
         if trainer.world_size != 1 or not trainer.training or trainer.sanity_checking:
             return
         if trainer.global_step <= 0:

@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -450,6 +451,10 @@ def parse_devices(value) -> object:
 def validate(config: RunConfig) -> None:
     """Value checks that need no task or attention (those are checked where they are built)."""
     m, o, d, t = config.model, config.optim, config.data, config.train
+    for name in SECTIONS:
+        for key, value in dataclasses.asdict(getattr(config, name)).items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{name}.{key} must be a finite number, got {value}")
     positive = {"model.dim": m.dim, "model.depth": m.depth, "model.num_heads": m.num_heads,
                 "model.head_dim": m.head_dim, "model.mlp_dim": m.mlp_dim,
                 "train.batch_size": t.batch_size, "train.max_steps": t.max_steps,

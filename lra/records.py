@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 SCHEMA_VERSION = 1
 RECORD_NAME = "result.json"
-STATUSES = ("completed", "failed", "oom", "running")
+STATUSES = ("completed", "failed", "oom", "diverged", "interrupted", "running")
 # Record fields the tables and plots compute with: a number or null (docs/interfaces.md).
 NUMERIC_FIELDS = ("seq_len", "seed", "best_val_acc", "test_acc", "steps", "wall_time_s", "time_to_best_s",
                   "step_time_ms", "train_samples_per_s", "train_tokens_per_s", "peak_mem_gb")

@@ -135,13 +135,13 @@ def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:
             return "retry", f"unreadable record ({err})"
     if status == "completed":
         return "done", "completed record exists"
-    if status == "failed" and str(error or "").startswith(INTERRUPTED):
+    if status == INTERRUPTED or (status == "failed" and str(error or "").startswith(INTERRUPTED)):
         # Stopped by Ctrl-C (an interrupted sweep) or $LRA_STOP_AT: not a failure of the run, so it
         # continues even with --skip-failed.
         if last.exists():
             return "resume", "interrupted run, resuming from last.ckpt"
         return "retry", "interrupted before its first checkpoint, starting again"
-    if status in ("failed", "oom"):
+    if status in ("failed", "oom", "diverged"):
         if skip_failed:
             return "skipped", f"previous run {status} (--skip-failed)"
         return "retry", f"previous run {status}" + (", resuming from last.ckpt" if last.exists() else "")
@@ -303,18 +303,18 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
             pass
         status = record.get("status") if record else None
         note = ""
-        if status not in ("completed", "failed", "oom"):
+        if status not in ("completed", "failed", "oom", "diverged", INTERRUPTED):
             # The run died before it could record itself (exit 2 on bad input, killed, crashed).
             tail = _log_tail(log_path)
             status = "failed"
             note = f"exit code {code} without a final record"
-            if code in (-signal.SIGINT, 130):  # Ctrl-C reached the run before it could record itself
-                note = f"{INTERRUPTED} ({note})"
+            if code in (-signal.SIGINT, -signal.SIGTERM, 130):  # a signal came before it could record itself
+                status, note = INTERRUPTED, f"{INTERRUPTED} ({note})"
             error = f"{note}; end of {log_path}:\n{tail}"
             if record is not None:  # keep what the run recorded before it died (curve, steps)
-                write_record(run.record_path, {**record, "status": "failed", "error": error})
+                write_record(run.record_path, {**record, "status": status, "error": error})
             else:
-                write_status_record(run.config, "failed", error)
+                write_status_record(run.config, status, error)
             record = read_record(run.record_path)
         outcome = Outcome(run, status, seconds, gpu, record, note)
         with lock:
@@ -330,7 +330,8 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
 
 def was_stopped(o: Outcome) -> bool:
     """A run interrupted (Ctrl-C, $LRA_STOP_AT) rather than failed: it resumes on the next sweep."""
-    return o.status == "failed" and str((o.record or {}).get("error") or o.note or "").startswith(INTERRUPTED)
+    return o.status == INTERRUPTED or (
+        o.status == "failed" and str((o.record or {}).get("error") or o.note or "").startswith(INTERRUPTED))
 
 
 def describe_outcome(o: Outcome) -> str:

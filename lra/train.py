@@ -34,7 +34,8 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra import provenance
 from lra.checkpoint_transfer import InitialWeights, check_compatible, read_checkpoint
-from lra.callbacks import RngState, SaveOnInterrupt, StopAt, TrainingStats, ValidateAtEnd
+from lra.callbacks import (Diverged, RngState, SaveOnInterrupt, StopAt, StopOnDivergence, TrainingStats,
+                           ValidateAtEnd)
 from lra.checkpoints import CHECKPOINT_DIR, LAST, checkpoint_callback
 from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
@@ -188,7 +189,8 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
     ckpt_dir = run_dir / CHECKPOINT_DIR
     stats = TrainingStats(warmup_steps=t.throughput_warmup_steps, monitor=MONITOR, verbose=not progress_bar)
     best = checkpoint_callback(ckpt_dir, MONITOR)
-    cbs = [stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / LAST), RngState(),
+    cbs = [StopOnDivergence(), stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / LAST),
+           RngState(),
            LearningRateMonitor(logging_interval="step"), *callbacks]
     if progress_bar:
         cbs.append(RichProgressBar())
@@ -293,9 +295,18 @@ def _read_existing(path: Path) -> dict | None:
         return None
 
 
+def _was_interrupted(err: BaseException) -> bool:
+    """Ctrl-C (SIGINT), SIGTERM (what SLURM sends at a time limit or on preemption; Lightning raises
+    SIGTERMException), $LRA_STOP_AT or an exit: the run stopped, it did not fail, and resumes."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    return isinstance(err, (KeyboardInterrupt, SIGTERMException)) or (
+        isinstance(err, SystemExit) and err.code not in (0, None))
+
+
 def _error_text(err: BaseException) -> str:
-    if isinstance(err, KeyboardInterrupt) or (isinstance(err, SystemExit) and err.code not in (0, None)):
-        return "interrupted (KeyboardInterrupt / SystemExit)"
+    if _was_interrupted(err):
+        return f"interrupted ({type(err).__name__}{': ' + str(err) if str(err) else ''})"
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".strip()
 
@@ -408,7 +419,8 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         results = trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False, **_OWN_CHECKPOINT)
         test_acc = float(results[0]["test/acc"]) if results and "test/acc" in results[0] else None
     except BaseException as err:  # noqa: BLE001 - every failure is recorded, then re-raised
-        status = "oom" if _is_oom(err) else "failed"
+        status = ("oom" if _is_oom(err) else "diverged" if isinstance(err, Diverged)
+                  else "interrupted" if _was_interrupted(err) else "failed")
         text = _error_text(err)
         tb = traceback.format_exc()
         if rank0:
@@ -417,5 +429,7 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
             (run_dir / "error.log").write_text(tb)
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
+        if status == "interrupted":  # SIGTERM: end like Ctrl-C (exit 130), resumable
+            raise KeyboardInterrupt(text) from err
         raise RunFailed(status, text, record_path, tb) from err
     return record("completed", test_acc=test_acc)

@@ -158,17 +158,17 @@ def run(args: argparse.Namespace) -> int:
     not_started = len(pending) - len(outcomes)
     invalid = sum(r.state == "invalid" for r in plan)
     done = sum(r.state == "done" for r in plan)
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("completed", "failed", "oom")}
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("completed", "failed", "oom", "diverged")}
     stopped = sum(map(was_stopped, outcomes))
-    counts["failed"] -= stopped
+    counts["failed"] -= sum(was_stopped(o) and o.status == "failed" for o in outcomes)
     print(f"sweep finished in {time.perf_counter() - start:.0f}s: {counts['completed']} completed, "
-          f"{counts['failed']} failed, {counts['oom']} oom, "
+          f"{counts['failed']} failed, {counts['oom']} oom, {counts['diverged']} diverged, "
           + (f"{stopped} stopped (they resume on the next sweep), " if stopped else "")
           + (f"{not_started} not started (out of time), " if not_started else "")
           + f"{done} already done, {invalid} invalid "
           f"(recorded as failed). Records: {spec.runs_dir}/<task>/<attention>/<run-id>/result.json — "
           f"`lra table` summarises them.")
-    return 0 if counts["failed"] + counts["oom"] + stopped + invalid + not_started == 0 else 1
+    return 0 if counts["failed"] + counts["oom"] + counts["diverged"] + stopped + invalid + not_started == 0 else 1
 
 
 class _Running:

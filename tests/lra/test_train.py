@@ -764,3 +764,25 @@ def test_lra_stop_at_waits_for_the_end_of_an_accumulated_step(tmp_path, data_dir
     whole, after, step = _whole_and_resumed(tmp_path, data_dir, overrides, None, stop_at_monkeypatch=monkeypatch)
     assert step == 1  # not after micro-batch 1, before the first step
     assert after == _tail_from_step(whole, 1)
+
+
+@pytest.mark.parametrize("override", ["optim.lr=nan", "optim.lr=inf", "optim.grad_clip=nan", "model.dropout=nan"])
+def test_non_finite_config_values_are_refused_before_the_run(tmp_path, capsys, override):
+    runs = tmp_path / "runs"
+    code = main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+                 "--runs-dir", str(runs), "--data-dir", str(tmp_path / "data"), *FAST, override])
+    assert code == 2 and "must be a finite number" in capsys.readouterr().err
+    assert not runs.exists()
+
+
+def test_a_diverging_run_is_recorded_diverged_and_skipped_by_skip_failed(tmp_path, capsys):
+    runs, data = tmp_path / "runs", tmp_path / "data"
+    args = ["--preset", "smoke", "--seq-len", "64", "--runs-dir", str(runs), "--data-dir", str(data), *FAST,
+            "optim.lr=1e12", "optim.grad_clip=0", "optim.warmup_steps=0"]
+    code = main(["train", "--task", "listops", "--attention", "softmax", *args])
+    assert code == 1
+    rec = only_record(runs)
+    assert rec["status"] == "diverged" and "not finite" in rec["error"]
+    capsys.readouterr()
+    code = main(["sweep", "--tasks", "listops", "--attentions", "softmax", "--skip-failed", *args])
+    assert "skipped" in capsys.readouterr().out and only_record(runs)["status"] == "diverged"
