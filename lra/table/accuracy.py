@@ -7,14 +7,13 @@ the display table. Accuracies in run records are fractions; tables show percenta
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pandas as pd
 
 from lra import published as pub
-from lra.table.aggregate import CELL, dedupe_seeds, seed_stats, seed_values
-from lra.table.format import NO_VALUE, format_published, format_seq_len, int_or, is_missing
+from lra.table.aggregate import CELL, dedupe_seeds, not_counted_notes, seed_stats, seed_values
+from lra.table.format import NO_VALUE, format_published, format_seq_len, int_or
 from lra.table.load import normalise_records
 from lra.table.render import Section
 
@@ -187,8 +186,9 @@ def accuracy_sections(summary: pd.DataFrame, published: pd.DataFrame | None = No
         notes.append("Speedup = training throughput over the Transformer (`softmax`) on the same task and length, "
                      "geometric mean over tasks; runs that shared a GPU are left out.")
     for paper_id, paper_label in papers:
-        notes.append(f"{paper_label}: {merge_citations(published[published['id'] == paper_id]['citation'])}")
-    notes += _not_counted(records)
+        notes.append(f"{paper_label}: {pub.citation_text(published, paper_id)}")
+    if records is not None and not records.empty:
+        notes += not_counted_notes(normalise_records(records))
     dups = int(summary["duplicates"].sum())
     if dups:
         notes.append(f"{dups} repeated run(s) of an already-counted seed ignored (the newest run of each seed counts).")
@@ -221,19 +221,6 @@ def _paper_rows(summary, group, published, papers, column_order) -> list[dict]:
     return rows
 
 
-def merge_citations(citations: pd.Series) -> str:
-    """'... arXiv:X. Table 3.' + '... arXiv:X. Table 6.' -> '... arXiv:X. Tables 3, 6.'"""
-    works: dict[str, list[str]] = {}
-    for citation in citations.drop_duplicates():
-        match = re.fullmatch(r"(.*?)\s*Table\s+(\S+?)\.?", str(citation).strip())
-        base, number = (match.group(1), match.group(2)) if match else (str(citation), None)
-        works.setdefault(base, [])
-        if number:
-            works[base].append(number)
-    return "; ".join(base + (f" Table{'s' if len(n) > 1 else ''} {', '.join(n)}." if n else "")
-                     for base, n in works.items())
-
-
 def _paper_has(summary: pd.DataFrame, papers, column: str) -> bool:
     return column == "Avg" and any(summary["task"].isin(pub.AVERAGE_TASKS)) and bool(papers)
 
@@ -245,19 +232,3 @@ def _task_of(summary: pd.DataFrame, column: str) -> str | None:
         return "speedup"
     hit = summary[summary["col"] == column]
     return None if hit.empty else hit["task"].iloc[0]
-
-
-def _not_counted(records: pd.DataFrame | None) -> list[str]:
-    """One note per run that did not complete: failed / oom / diverged / running, with its path and error."""
-    if records is None or records.empty:
-        return []
-    df = normalise_records(records)
-    bad = df[df["status"] != "completed"]
-    notes = []
-    for _, r in bad.sort_values(["task", "attention", "seq_len", "seed"], na_position="last").iterrows():
-        error = str(r["error"]).strip() if not is_missing(r["error"]) else ""
-        error = f": {error.splitlines()[0][:160]}" if error else ""
-        seed = "" if is_missing(r["seed"]) else f" seed {int_or(r['seed'], 0)}"
-        notes.append(f"Not counted — {r['status'].upper() if r['status'] == 'oom' else r['status']}: {r['task']} / "
-                     f"{r['attention']} N={format_seq_len(r['seq_len'])}{seed} ({r['path']}){error}")
-    return notes

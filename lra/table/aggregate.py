@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lra.table.format import is_missing
+from lra.table.format import format_seq_len, int_or, is_missing
 
 CELL = ["attention", "variant", "preset", "task", "seq_len", "data_id"]
 # Statuses of runs that did not complete, worst first.
@@ -51,3 +51,16 @@ def worst_status(statuses: pd.Series) -> str:
 def first_error(group: pd.DataFrame) -> str:
     errors = [str(e).strip().splitlines()[0] for e in group["error"] if not is_missing(e) and str(e).strip()]
     return errors[0][:160] if errors else ""
+
+
+def not_counted_notes(df: pd.DataFrame) -> list[str]:
+    """One note per run (normalised records) that did not complete, with its path and first error line."""
+    bad = df[df["status"] != "completed"]
+    notes = []
+    for _, r in bad.sort_values(["task", "attention", "seq_len", "seed"], na_position="last").iterrows():
+        error = str(r["error"]).strip() if not is_missing(r["error"]) else ""
+        error = f": {error.splitlines()[0][:160]}" if error else ""
+        seed = "" if is_missing(r["seed"]) else f" seed {int_or(r['seed'], 0)}"
+        notes.append(f"Not counted — {r['status'].upper() if r['status'] == 'oom' else r['status']}: {r['task']} / "
+                     f"{r['attention']} N={format_seq_len(r['seq_len'])}{seed} ({r['path']}){error}")
+    return notes

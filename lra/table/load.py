@@ -106,8 +106,8 @@ def normalise_records(records: pd.DataFrame | None) -> pd.DataFrame:
         return df
     df["path"] = df["path"].astype(str)
     df = df.loc[~df["path"].map(os.path.realpath).duplicated(keep="last")].copy()
-    df["status"] = df["status"].fillna("unknown").astype(str)
-    df["preset"] = df["preset"].fillna("").astype(str)
+    df["status"] = _text(df["status"], "unknown")
+    df["preset"] = _text(df["preset"], "")
     df["task"] = df["task"].astype(str)
     df["attention"] = df["attention"].astype(str)
     df["seq_len"] = pd.to_numeric(df["seq_len"], errors="coerce").astype("Int64")
@@ -126,6 +126,10 @@ def normalise_records(records: pd.DataFrame | None) -> pd.DataFrame:
     _add_chance(df)
     df["variant"] = variants(df)
     return df.reset_index(drop=True)
+
+
+def _text(values: pd.Series, default: str) -> pd.Series:
+    return pd.Series([default if is_missing(v) else str(v) for v in values], index=values.index, dtype=object)
 
 
 def _column(df: pd.DataFrame, name: str) -> pd.Series:

@@ -1,4 +1,4 @@
-"""`lra table`: accuracy and efficiency tables from synthetic run records, checked against hand-computed values."""
+"""`lra table accuracy|efficiency`: tables from synthetic run records, checked against hand-computed values."""
 import argparse
 import io
 import json
@@ -259,7 +259,7 @@ def run_cli(*argv):
 
 def test_every_format_renders(runs, tmp_path, capsys):
     bench = bench_csv(tmp_path / "bench.csv")
-    assert run_cli("--runs", runs, "--bench", bench) == 0
+    assert run_cli("accuracy", "efficiency", "--runs", runs, "--bench", bench) == 0
     out, err = capsys.readouterr()
     assert "## Accuracy (test %)" in out and "## Efficiency — model benchmark: paper batch, eager" in out
     assert "skipping corrupt run record" in err and "broken/result.json" in err  # reported, with path; not fatal
@@ -274,7 +274,7 @@ def test_every_format_renders(runs, tmp_path, capsys):
     assert row["mean"] == pytest.approx(38.0) and row["std"] == pytest.approx(2.0) and row["n"] == 3
 
     out_file = tmp_path / "tables" / "lra.csv"
-    assert run_cli("--runs", runs, "--bench", bench, "--format", "csv", "--out", out_file) == 0
+    assert run_cli("accuracy", "efficiency", "--runs", runs, "--bench", bench, "--format", "csv", "--out", out_file) == 0
     efficiency = pd.read_csv(tmp_path / "tables" / "lra-efficiency.csv")
     assert set(efficiency["kind"]) == {"runs", "bench"}
     assert (tmp_path / "tables" / "lra-accuracy.csv").stat().st_size > 0
@@ -324,7 +324,7 @@ def test_out_folder_and_unknown_baseline_are_clear_errors(tmp_path, runs, capsys
     assert "vs flash" in capsys.readouterr().out
     # Both tables as CSV on the terminal were two CSVs in one stream, parseable as neither.
     with pytest.raises(ValueError, match="--format csv on the terminal prints one table"):
-        run_cli("--runs", runs, "--format", "csv")
+        run_cli("record", "accuracy", "--runs", runs, "--format", "csv")
     assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
 
 
