@@ -22,9 +22,6 @@ def add_parser(sub) -> None:
     parser.add_argument("tables", nargs="*", default=[], metavar="TABLE",
                         help=f"any of {', '.join(TABLES)} (default: record)")
     add_source_arguments(parser)
-    parser.add_argument("--speed", action="append", type=Path, default=[], metavar="FILE",
-                        help="record: take speed figures from this `lra bench models` CSV (rows of the same "
-                             "attention, length and batch size) before the runs' own timings (repeatable)")
     parser.add_argument("--format", choices=("markdown", "md", "csv", "latex", "tex"), default="markdown",
                         help="markdown / md (default), csv (tidy numeric rows, one per cell) or latex / tex "
                              "(booktabs)")
@@ -43,7 +40,11 @@ def add_source_arguments(parser) -> None:
                         help="run tree (**/result.json) or folder of committed run records (results/**/*.json), "
                              "or one record file (repeatable; default: runs)")
     parser.add_argument("--bench", action="append", type=Path, default=[], metavar="FILE",
-                        help="CSV written by `lra bench models` (repeatable)")
+                        help="CSV written by `lra bench models`, for the efficiency views (repeatable)")
+    parser.add_argument("--speed", action="append", type=Path, default=[], metavar="FILE",
+                        help="table of record and speedup plot: take speed figures from this `lra bench models` "
+                             "CSV (rows of the same attention, length and batch size) before the runs' own "
+                             "timings (repeatable)")
 
 
 def add_filter_arguments(parser) -> None:

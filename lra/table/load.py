@@ -37,6 +37,10 @@ RECORD_COLUMNS = ("run_id", "task", "attention", "seq_len", "seed", "preset", "s
 NUMERIC_COLUMNS = ("test_acc", "best_val_acc", "train_tokens_per_s", "train_samples_per_s", "step_time_ms",
                    "peak_mem_gb", "wall_time_s", "time_to_best_s", "steps", "batch_size")
 RECORD_MEM_UNIT_BYTES = 2**30   # the unit of a run record's peak_mem_gb (lra.callbacks.GIB)
+# The derived columns (and their dtypes, for an empty frame).
+DERIVED_COLUMNS = {"variant": object, "data_id": object, "data_source": object, "data_description": object,
+                   "data_label": object, "sharing_known": bool, "runs_per_gpu": int, "solo": bool,
+                   "model_key": object, "on_cpu": bool, "chance_pct": float, "at_chance": bool, "best_step": float}
 UNKNOWN_DATA_ID = "unknown"
 # A run whose best validation accuracy is at most this many points above chance learned nothing.
 CHANCE_MARGIN_PTS = 2.0
@@ -101,8 +105,8 @@ def normalise_records(records: pd.DataFrame | None) -> pd.DataFrame:
         if column not in df.columns:
             df[column] = np.nan
     if df.empty:
-        for column in ("variant", "data_id", "data_source", "data_description", "data_label", "model_key"):
-            df[column] = pd.Series(dtype=object)
+        for column, dtype in DERIVED_COLUMNS.items():
+            df[column] = pd.Series(dtype=dtype)
         return df
     df["path"] = df["path"].astype(str)
     df = df.loc[~df["path"].map(os.path.realpath).duplicated(keep="last")].copy()
