@@ -6,7 +6,11 @@
   scales, one row per setting (model-benchmark regime / mode, or a task trained at several lengths);
   OOM drawn as a cross on the top edge;
 - `kernel_tflops`: kernel TFLOP/s vs N per implementation, from `lra bench kernels` CSVs;
-- `training_curves`: validation accuracy vs wall-clock time per attention, one figure per task.
+- `training_curves`: validation accuracy vs wall-clock time per attention, one figure per task;
+- `accuracy_vs_speedup`: test accuracy vs training speed-up over the softmax Transformer per task, one
+  point per attention (the table of record's cells), seed std as error bars;
+- `validation_curves`: validation accuracy vs optimizer step per attention, mean over seeds with a
+  ±1 std band, one figure per task.
 
 Every function returns a `PlotResult`; absent data gives a result with `skipped` set, never an error.
 Sizes are for a paper page: 7 in wide (two columns), fonts from seaborn's `paper` context.
@@ -35,6 +39,7 @@ from lra import table  # noqa: E402
 PAGE_WIDTH_IN = 7.0
 PNG_DPI = 200
 KERNEL_COLUMNS = ("impl", "pass", "seq_len", "head_dim", "tflops", "status")
+LABEL_CHARS = 48  # longest legend label of a cell (variants with many differing settings are cut)
 
 
 @dataclass
@@ -123,9 +128,11 @@ def _log2_lengths(ax, lengths) -> None:
 def accuracy_vs_throughput(records: pd.DataFrame, out_dir: str | Path) -> PlotResult:
     result = PlotResult("accuracy_vs_throughput")
     df = table.normalise_records(records)
-    df = df[(df["status"] == "completed") & df["test_acc"].notna() & df["train_tokens_per_s"].notna()]
+    df = df[(df["status"] == "completed") & df["test_acc"].notna() & df["train_tokens_per_s"].notna()
+            & df["solo"].astype(bool)]
     if df.empty:
-        result.skipped = "no completed run records with test accuracy and training throughput"
+        result.skipped = ("no completed run records with test accuracy and training throughput measured alone "
+                          "on a GPU")
         return result
     points = (df.groupby(["task", "seq_len", "attention", "variant"], dropna=False)
               .agg(acc=("test_acc", "mean"), speed=("train_tokens_per_s", "mean"), mem=("peak_mem_gb", "mean"),
@@ -385,3 +392,177 @@ def training_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[
         result.files = save(grid.figure, out_dir, result.name)
         results.append(result)
     return results
+
+
+# ----------------------------------------------------------------------------------- table of record
+def _cell_labels(frame: pd.DataFrame) -> pd.Series:
+    """Attention label, plus the variant and data id where one task has several of them."""
+    labels = []
+    for _, row in frame.iterrows():
+        same = frame[(frame["task"] == row["task"]) & (frame["attention"] == row["attention"])]
+        extras = [row["variant"]] if row["variant"] else []
+        if same["data_id"].nunique() > 1:
+            extras.append(f"data {row['data_id']}")
+        if same["preset"].nunique() > 1:
+            extras.append(f"preset {row['preset']}")
+        labels.append(pub.attention_label(row["attention"]) + (f" ({', '.join(extras)})" if extras else ""))
+    return pd.Series(_shorten(labels), index=frame.index, dtype=object)
+
+
+def _shorten(labels: list[str], limit: int = LABEL_CHARS) -> list[str]:
+    """Legend labels cut to `limit` characters; cut labels get a number so that two cells never share one."""
+    numbers: dict[str, int] = {}
+    out = []
+    for label in labels:
+        if len(label) > limit:
+            number = numbers.setdefault(label, len(numbers) + 1)
+            label = f"{label[:limit - 6].rstrip(' ,(')}… #{number}"
+        out.append(label)
+    return out
+
+
+def accuracy_vs_speedup(records: pd.DataFrame, out_dir: str | Path, *, baseline: str = "softmax",
+                        speed: pd.DataFrame | None = None) -> PlotResult:
+    """Per task a panel of test accuracy vs training speed-up over `baseline`, one point per cell of
+    the table of record (attention, variant, data), error bars = sample std over seeds; the dashed
+    lines mark the baseline's speed and chance accuracy."""
+    result = PlotResult("accuracy_vs_speedup")
+    summary = table.record_summary(records, None, baseline=baseline, speed=speed)
+    points = summary[summary["ran"].astype(bool) & (summary["n"] > 0)].copy()
+    points = points[np.isfinite(points["speedup"].astype(float))]
+    if points.empty:
+        result.skipped = (f"no completed runs with a speed-up over {baseline} (needs runs alone on their GPU "
+                          "next to a solo baseline run, or --speed FILE from `lra bench models`)")
+        return result
+    points["Attention"] = _cell_labels(points)
+    multi_len = points.groupby("task")["seq_len"].nunique()
+    points["Task"] = [pub.task_label(t) + (f" ({table.format_seq_len(n)})" if multi_len[t] > 1 else "")
+                      for t, n in zip(points["task"], points["seq_len"])]
+    points = points.sort_values("task", key=lambda s: s.map(pub.task_sort_key), kind="stable")
+    facets = list(dict.fromkeys(points["Task"]))
+    cols = min(3, len(facets))
+    rows = -(-len(facets) // cols)
+    palette = attention_palette(points["Attention"])
+    setup_style()
+    fig, axes = plt.subplots(rows, cols, figsize=(PAGE_WIDTH_IN, 2.4 * rows + 0.5), squeeze=False)
+    for ax in axes.flat[len(facets):]:
+        ax.set_visible(False)
+    for ax, facet in zip(axes.flat, facets):
+        data = points[points["Task"] == facet]
+        for _, cell in data.iterrows():
+            ax.errorbar(cell["speedup"], cell["mean"], yerr=cell["std"] if np.isfinite(cell["std"]) else None,
+                        fmt="o", color=palette[cell["Attention"]], ecolor=palette[cell["Attention"]], capsize=3,
+                        markeredgecolor="black", markeredgewidth=0.4, markersize=6)
+        ax.axvline(1.0, color="grey", linestyle="--", linewidth=0.8)
+        chance = data["chance_pct"].dropna()
+        if len(chance):
+            ax.axhline(chance.iloc[0], color="grey", linestyle=":", linewidth=0.8)
+        ax.margins(x=0.2, y=0.2)
+        ax.set_title(facet)
+        ax.set_xlabel(f"speed-up over {pub.attention_label(baseline)}")
+        ax.set_ylabel("test accuracy (%)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=palette[label], marker="o", linestyle="none", label=label)
+               for label in _hue_order(points["Attention"])]
+    _legend_below(fig, handles, [h.get_label() for h in handles])
+    result.files = save(fig, out_dir, result.name)
+    return result
+
+
+def _legend_below(fig, handles, labels) -> None:
+    """A legend under the panels, the figure made taller by its rows (2 columns for long labels)."""
+    ncol = min(2 if max(map(len, labels)) > 24 else 4, len(labels))
+    rows = -(-len(labels) // ncol)
+    width, height = fig.get_size_inches()
+    legend_in = 0.2 * rows + 0.25
+    fig.set_size_inches(width, height + legend_in)
+    fig.tight_layout(rect=(0, legend_in / (height + legend_in), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, 0.0))
+
+
+def validation_points(records: pd.DataFrame) -> pd.DataFrame:
+    """Long frame of validation curves of completed runs: one row per (run, evaluation), with the cell
+    (attention, variant, preset, data) the run is pooled in and its `Attention` label."""
+    columns = ["task", "seq_len", "attention", "variant", "preset", "data_id", "run", "seed", "step", "val_acc"]
+    df = table.normalise_records(records)
+    if df.empty:
+        return pd.DataFrame(columns=[*columns, "Attention"])
+    rows = []
+    for _, record in df[df["status"] == "completed"].iterrows():
+        curve = record["val_acc_curve"] if isinstance(record["val_acc_curve"], list) else []
+        base = {c: record[c] for c in ("task", "seq_len", "attention", "variant", "preset", "data_id", "seed")}
+        rows += [{**base, "run": record["path"], "step": float(p["step"]), "val_acc": float(p["val_acc"]) * 100.0}
+                 for p in curve if isinstance(p, dict) and p.get("val_acc") is not None and p.get("step") is not None]
+    points = pd.DataFrame(rows, columns=columns)
+    points["Attention"] = _cell_labels(points) if not points.empty else pd.Series(dtype=object)
+    return points
+
+
+def validation_bands(points: pd.DataFrame) -> pd.DataFrame:
+    """Mean, sample std and number of seeds of the validation accuracy per (task, seq_len, Attention,
+    step) of `validation_points`; std is NaN where one seed reached that step."""
+    keys = ["task", "seq_len", "Attention", "step"]
+    if points.empty:
+        return pd.DataFrame(columns=[*keys, "mean", "std", "n"])
+    return (points.groupby(keys, dropna=False)["val_acc"].agg(mean="mean", std="std", n="size").reset_index()
+            .sort_values(keys, kind="stable"))
+
+
+def validation_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[str] | None = None
+                      ) -> list[PlotResult]:
+    """One figure per task: validation accuracy vs optimizer step, one line per attention (mean over
+    seeds) with a ±1 std band where several seeds reached a step; one panel per sequence length."""
+    points = validation_points(records)
+    if tasks:
+        points = points[points["task"].isin(list(tasks))]
+    if points.empty:
+        return [PlotResult("validation_curves", skipped="no completed run records with a validation-accuracy curve")]
+    bands = validation_bands(points)
+    results = []
+    for task in sorted(bands["task"].unique(), key=pub.task_sort_key):
+        data = bands[bands["task"] == task]
+        lengths = list(dict.fromkeys(sorted(data["seq_len"].dropna().unique()))) or [pd.NA]
+        order = _hue_order(data["Attention"])
+        palette = attention_palette(data["Attention"])
+        setup_style()
+        fig, axes = plt.subplots(1, len(lengths), figsize=(min(PAGE_WIDTH_IN, 3.6 * len(lengths) + 1.0), 2.8),
+                                 squeeze=False, sharey=True)
+        chance = 100.0 / _num_classes(task)
+        for ax, n in zip(axes[0], lengths):
+            panel = data[data["seq_len"] == n] if not pd.isna(n) else data
+            for label in order:
+                line = panel[panel["Attention"] == label]
+                if line.empty:
+                    continue
+                ax.plot(line["step"], line["mean"], color=palette[label], linewidth=1.2, label=label,
+                        marker="o" if len(line) < 2 else None, markersize=4)
+                spread = line["std"].fillna(0.0)
+                if (line["n"] > 1).any():
+                    ax.fill_between(line["step"], line["mean"] - spread, line["mean"] + spread,
+                                    color=palette[label], alpha=0.2, linewidth=0)
+            if np.isfinite(chance):
+                ax.axhline(chance, color="grey", linestyle=":", linewidth=0.8)
+            ax.set_xlabel("optimizer step")
+            if len(lengths) > 1:
+                ax.set_title(f"N = {table.format_seq_len(n)}")
+        axes[0][0].set_ylabel("validation accuracy (%)")
+        seeds = points[points["task"] == task].groupby(["seq_len", "Attention"], dropna=False)["run"].nunique()
+        low, high = int(seeds.min()), int(seeds.max())
+        spread = f"mean over {low}" + (f"–{high}" if high != low else "") + f" seed{'s' if high > 1 else ''}"
+        fig.suptitle(f"{pub.task_label(task)}: validation accuracy ({spread}"
+                     + (", band = ±1 std" if high > 1 else "") + "; dotted = chance)")
+        legend = {}
+        for ax in axes[0]:
+            legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+        _legend_below(fig, list(legend.values()), list(legend))
+        result = PlotResult(f"val_curves_{slug(task)}")
+        result.files = save(fig, out_dir, result.name)
+        results.append(result)
+    return results
+
+
+def _num_classes(task: str) -> float:
+    from tasks.registry import TASKS
+
+    return TASKS[task].num_classes if task in TASKS else np.nan

@@ -181,6 +181,31 @@ def sources(published: pd.DataFrame) -> list[tuple[str, str]]:
     return list(pairs.itertuples(index=False, name=None))
 
 
+def paper_tasks(published: pd.DataFrame, paper_id: str) -> list[str]:
+    """Our names of the tasks one paper reports (a number or `fail` for some model), in display order."""
+    if published.empty:
+        return []
+    rows = published[(published["id"] == paper_id) & ~published["task"].isin(list(_SPECIAL_COLUMNS.values()))]
+    reported = rows[rows["value"].notna() | rows["failed"].astype(bool)]
+    return sorted(set(reported["task"]), key=task_sort_key)
+
+
+def citation_text(published: pd.DataFrame, paper_id: str) -> str:
+    """The citation of one paper's tables, merged: '... arXiv:X. Table 3.' + '... Table 6.' ->
+    '... arXiv:X. Tables 3, 6.'"""
+    works: dict[str, list[str]] = {}
+    if published.empty:
+        return ""
+    for citation in published.loc[published["id"] == paper_id, "citation"].drop_duplicates():
+        match = re.fullmatch(r"(.*?)\s*Table\s+(\S+?)\.?", str(citation).strip())
+        base, number = (match.group(1), match.group(2)) if match else (str(citation), None)
+        works.setdefault(base, [])
+        if number:
+            works[base].append(number)
+    return "; ".join(base + (f" Table{'s' if len(n) > 1 else ''} {', '.join(n)}." if n else "")
+                     for base, n in works.items())
+
+
 def lookup(published: pd.DataFrame, paper_id: str, attention: str, task: str) -> tuple[float, bool]:
     """Published value for our attention name and task (or `avg`/`speedup`) in one paper; (nan, False) if none."""
     model = ATTENTION_ROWS.get(attention)

@@ -1,4 +1,5 @@
-"""`lra plot [accuracy|efficiency|kernels|curves]`: seaborn figures (PNG + PDF) from records and benchmarks."""
+"""`lra plot [accuracy|efficiency|kernels|curves|speedup|val_curves]`: seaborn figures (PNG + PDF) from
+records and benchmarks."""
 from __future__ import annotations
 
 import sys
@@ -12,6 +13,10 @@ PLOTS = {
     "kernels": "kernel TFLOP/s vs sequence length per implementation (--kernels CSVs)",
     "curves": "validation accuracy vs wall-clock time per attention, one figure per task (run records; "
               "--train adds the logged training accuracy)",
+    "speedup": "test accuracy vs training speed-up over softmax per task, one point per attention, seed std as "
+               "error bars (run records alone on their GPU, or --speed CSVs)",
+    "val_curves": "validation accuracy vs optimizer step per attention, mean over seeds with a ±1 std band, one "
+                  "figure per task (run records)",
 }
 
 
@@ -63,6 +68,13 @@ def run(args) -> int:
         results.append(plot.kernel_tflops(kernels, args.out))
     if "curves" in wanted:
         results.extend(plot.training_curves(records, args.out, tasks=args.task, train=args.train))
+    if "speedup" in wanted:
+        from lra.table import load_bench
+
+        speed = load_bench(args.speed) if args.speed else None
+        results.append(plot.accuracy_vs_speedup(records, args.out, baseline=args.baseline, speed=speed))
+    if "val_curves" in wanted:
+        results.extend(plot.validation_curves(records, args.out, tasks=args.task))
 
     written = 0
     for result in results:

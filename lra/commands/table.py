@@ -1,26 +1,32 @@
-"""`lra table [accuracy|efficiency]`: results tables from run records and model-benchmark CSVs."""
+"""`lra table [record|accuracy|efficiency]`: results tables from run records and model-benchmark CSVs."""
 from __future__ import annotations
 
 import sys
 import warnings
 from pathlib import Path
 
-TABLES = ("accuracy", "efficiency")
+TABLES = ("record", "accuracy", "efficiency")
+DEFAULT_TABLES = ("record",)
+FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser(
-        "table", help="accuracy and efficiency tables from run records (+ published numbers)",
-        description="Accuracy (task × attention, mean ± std over seeds, next to the FlashAttention and LRA "
-                    "papers' numbers) and efficiency (attention × sequence length: throughput, speedup over "
-                    "softmax, peak memory, training time) from runs/**/result.json and `lra bench models` CSVs.")
+        "table", help="the LRA table of record, accuracy and efficiency tables from run records",
+        description="record (default): the LRA table of record, one row per task × attention: test accuracy "
+                    "mean ± std over seeds beside the FlashAttention paper's number, speed relative to the "
+                    "softmax Transformer, time to best validation, peak memory, and where the setting departs "
+                    "from the paper's. accuracy: the papers' layout (attention × task, with both papers' numbers "
+                    "and Δ). efficiency: attention × sequence length (throughput, speedup over softmax, peak "
+                    "memory, training time) from run records and `lra bench models` CSVs.")
     parser.add_argument("tables", nargs="*", default=[], metavar="TABLE",
-                        help="accuracy and/or efficiency (default: both)")
+                        help=f"any of {', '.join(TABLES)} (default: record)")
     add_source_arguments(parser)
-    parser.add_argument("--format", choices=("markdown", "csv", "latex"), default="markdown",
-                        help="markdown (default), csv (tidy numeric rows, one per cell) or latex (booktabs)")
+    parser.add_argument("--format", choices=("markdown", "md", "csv", "latex", "tex"), default="markdown",
+                        help="markdown / md (default), csv (tidy numeric rows, one per cell) or latex / tex "
+                             "(booktabs)")
     parser.add_argument("--out", type=Path, help="write to this file instead of the terminal "
-                        "(csv with both tables: FILE-accuracy.csv and FILE-efficiency.csv)")
+                        "(csv with several tables: FILE-<table>.csv each)")
     parser.add_argument("--baseline", default="softmax", metavar="ATTENTION",
                         help="attention the speedups are relative to (default: softmax, the Transformer)")
     parser.add_argument("--published", type=Path, default=None, metavar="DIR",
@@ -30,10 +36,15 @@ def add_parser(sub) -> None:
 
 
 def add_source_arguments(parser) -> None:
-    parser.add_argument("--runs", action="append", type=Path, metavar="DIR",
-                        help="folder searched for **/result.json (repeatable; default: runs)")
+    parser.add_argument("--runs", "--runs-dir", action="append", type=Path, metavar="DIR",
+                        help="run tree (**/result.json) or folder of committed run records (results/**/*.json), "
+                             "or one record file (repeatable; default: runs)")
     parser.add_argument("--bench", action="append", type=Path, default=[], metavar="FILE",
-                        help="CSV written by `lra bench models` (repeatable)")
+                        help="CSV written by `lra bench models`, for the efficiency views (repeatable)")
+    parser.add_argument("--speed", action="append", type=Path, default=[], metavar="FILE",
+                        help="table of record and speedup plot: take speed figures from this `lra bench models` "
+                             "CSV (rows of the same attention, length and batch size) before the runs' own "
+                             "timings (repeatable)")
 
 
 def add_filter_arguments(parser) -> None:
@@ -45,7 +56,7 @@ def add_filter_arguments(parser) -> None:
 
 def load_records(args):
     """Run records under --runs (default runs/), corrupt files reported on stderr and skipped."""
-    from lra.records import load_records as _load
+    from lra.table import load_run_records
 
     roots = args.runs or [Path("runs")]
     for root in roots:
@@ -53,7 +64,7 @@ def load_records(args):
             raise FileNotFoundError(f"--runs {root}: no such folder")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        records = _load(*[r for r in roots if r.exists()], warn=True) if any(r.exists() for r in roots) else None
+        records = load_run_records(*[r for r in roots if r.exists()]) if any(r.exists() for r in roots) else None
     for warning in caught:
         print(f"lra {args.command}: warning: {warning.message}", file=sys.stderr)
     import pandas as pd
@@ -90,7 +101,8 @@ def run(args) -> int:
     from lra import published as pub
     from lra import table
 
-    wanted = list(dict.fromkeys(args.tables)) or list(TABLES)
+    wanted = list(dict.fromkeys(args.tables)) or list(DEFAULT_TABLES)
+    fmt = FORMAT_ALIASES.get(args.format, args.format)
     unknown = [t for t in wanted if t not in TABLES]
     if unknown:
         raise ValueError(f"unknown table {unknown[0]!r}: choose from {', '.join(TABLES)}")
@@ -108,7 +120,7 @@ def run(args) -> int:
         return 1
 
     published = None
-    if "accuracy" in wanted:
+    if "accuracy" in wanted or "record" in wanted:
         try:
             published = pub.load_accuracy(args.published)
         except FileNotFoundError as err:
@@ -116,26 +128,31 @@ def run(args) -> int:
                 raise
             print(f"lra table: warning: {err}; showing our numbers only", file=sys.stderr)
 
+    speed = table.load_bench(args.speed) if args.speed else None
     outputs: dict[str, str] = {}
-    if "accuracy" in wanted:
-        summary = table.accuracy_summary(records, published, baseline=args.baseline)
-        outputs["accuracy"] = (table.to_csv(summary) if args.format == "csv" else
-                               table.render(table.accuracy_sections(summary, published, records), args.format))
-    if "efficiency" in wanted:
-        summary = table.efficiency_summary(records, bench, baseline=args.baseline)
-        outputs["efficiency"] = (table.to_csv(summary) if args.format == "csv" else
-                                 table.render(table.efficiency_sections(summary, args.baseline), args.format))
+    for name in wanted:
+        if name == "record":
+            summary = table.record_summary(records, published, baseline=args.baseline, speed=speed,
+                                           tasks=args.task, attentions=args.attention)
+            sections = table.record_sections(summary, published, records, baseline=args.baseline)
+        elif name == "accuracy":
+            summary = table.accuracy_summary(records, published, baseline=args.baseline)
+            sections = table.accuracy_sections(summary, published, records)
+        else:
+            summary = table.efficiency_summary(records, bench, baseline=args.baseline)
+            sections = table.efficiency_sections(summary, args.baseline)
+        outputs[name] = table.to_csv(summary) if fmt == "csv" else table.render(sections, fmt)
 
     if args.out is None:
-        if args.format == "csv" and len(outputs) > 1:
+        if fmt == "csv" and len(outputs) > 1:
             raise ValueError("--format csv on the terminal prints one table (two CSVs in one stream parse as "
                              "neither): name it (`lra table accuracy --format csv`) or give --out FILE "
-                             "(FILE-accuracy.csv and FILE-efficiency.csv)")
+                             "(FILE-<table>.csv each)")
         sys.stdout.write("\n".join(outputs.values()))
         return 0
     from lra.records import atomic_write_text
 
-    if args.format == "csv" and len(outputs) > 1:
+    if fmt == "csv" and len(outputs) > 1:
         for name, text in outputs.items():
             path = args.out.with_name(f"{args.out.stem}-{name}{args.out.suffix or '.csv'}")
             atomic_write_text(path, text)

@@ -106,7 +106,8 @@ def test_absent_data_is_skipped_not_fatal(tmp_path, capsys):
     empty.mkdir()
     assert run_cli("--out", tmp_path / "figs", "--runs", empty) == 1
     err = capsys.readouterr().err
-    for name in ("accuracy_vs_throughput", "efficiency_bench", "efficiency_runs", "kernel_tflops", "training_curves"):
+    for name in ("accuracy_vs_throughput", "efficiency_bench", "efficiency_runs", "kernel_tflops", "training_curves",
+                 "accuracy_vs_speedup", "validation_curves"):
         assert f"skipped {name}:" in err
     assert "no figure written" in err
     # Only the kernel plot requested, with a CSV whose rows all failed: skipped with a reason.
@@ -190,3 +191,39 @@ def test_memory_axes_read_in_plain_numbers_and_throughput_in_engineering_units()
     assert "0.2" in labels(mem) and not any(text.endswith("m") for text in labels(mem)), labels(mem)
     assert "5M" in labels(rate), labels(rate)
     plt.close(fig)
+
+
+def test_accuracy_vs_speedup_and_validation_curves(tmp_path, capsys):
+    runs = write_runs(tmp_path / "runs")
+    out = tmp_path / "figs"
+    assert run_cli("speedup", "val_curves", "--out", out, "--runs", runs) == 0
+    for name in ("accuracy_vs_speedup", "val_curves_listops", "val_curves_pathfinder32", "val_curves_text"):
+        assert_figure(out / name)
+    # the validation band: mean and sample std over the two seeds at each step (curves of write_runs)
+    from lra.records import load_records
+
+    points = plot.validation_points(load_records(runs))
+    bands = plot.validation_bands(points)
+    flash = bands[(bands["task"] == "listops") & (bands["Attention"] == "FlashAttention")].set_index("step")
+    # seed s: acc = 0.37 + 0.005 s; val_acc at step 50 k = acc * k / 4 (percent)
+    assert flash.loc[200.0, "mean"] == pytest.approx((37.0 + 37.5) / 2)
+    assert flash.loc[200.0, "std"] == pytest.approx(abs(37.5 - 37.0) / 2 ** 0.5)
+    assert (flash["n"] == 2).all()
+    # the OOM run of write_runs has no curve; the completed text runs are one per (attention, length)
+    text = bands[bands["task"] == "text"]
+    assert (text["n"] == 1).all() and text["std"].isna().all()
+
+
+def test_speedup_plot_leaves_out_runs_that_shared_a_gpu(tmp_path, capsys):
+    import json
+
+    runs = write_runs(tmp_path / "runs")
+    for path in runs.glob("**/result.json"):
+        record = json.loads(path.read_text())
+        record["sharing"] = {"runs_per_gpu": 4}
+        path.write_text(json.dumps(record))
+    assert run_cli("speedup", "accuracy", "--out", tmp_path / "figs", "--runs", runs) == 1
+    err = capsys.readouterr().err
+    assert "skipped accuracy_vs_speedup: no completed runs with a speed-up over softmax" in err
+    assert "skipped accuracy_vs_throughput: no completed run records with test accuracy and training throughput " \
+           "measured alone on a GPU" in err

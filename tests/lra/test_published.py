@@ -103,3 +103,12 @@ def test_bad_files_are_clear_errors(tmp_path):
         pub.load_accuracy(tmp_path)
     assert pub.parse_cell("2.4x") == (2.4, False) and pub.parse_cell("fail")[1] is True
     assert isinstance(pub.load_accuracy(PUBLISHED_DIR), pd.DataFrame)
+
+
+def test_tasks_and_citation_of_one_paper(accuracy):
+    assert pub.paper_tasks(accuracy, "fa") == ["listops", "text", "retrieval", "image", "pathfinder32", "pathx",
+                                               "path256"]
+    assert pub.paper_tasks(accuracy, "lra") == ["listops", "text", "retrieval", "image", "pathfinder32", "pathx"]
+    citation = pub.citation_text(accuracy, "fa")
+    assert citation.startswith("Tri Dao") and citation.endswith("arXiv:2205.14135. Tables 3, 6.")
+    assert pub.paper_tasks(pd.DataFrame(), "fa") == [] and pub.citation_text(pd.DataFrame(), "fa") == ""

@@ -1,4 +1,4 @@
-"""`lra table`: accuracy and efficiency tables from synthetic run records, checked against hand-computed values."""
+"""`lra table accuracy|efficiency`: tables from synthetic run records, checked against hand-computed values."""
 import argparse
 import io
 import json
@@ -236,14 +236,14 @@ def test_compile_mode_names_the_setting_and_older_files_read_as_default(tmp_path
                  peak_mem_gb=0.1, status="ok", note="")
             for a, ms in (("sdpa", 2.5), ("flash", 2.4)) for n in (1024, 4096)]
     graphs = bench_csv(tmp_path / "graphs.csv", rows)
-    old = bench_csv(tmp_path / "old.csv")  # written before the column existed
+    old = bench_csv(tmp_path / "old.csv")  # without a compile_mode column
     bench = table.load_bench([graphs, old])
     assert set(bench[bench["compile"]]["compile_mode"]) == {"reduce-overhead", "default"}
     assert (bench[~bench["compile"]]["compile_mode"] == "").all()
     settings = list(dict.fromkeys(table.efficiency_summary(None, bench)["setting"]))
     assert settings == ["graphs — model benchmark: small batch, compiled, CUDA graphs (reduce-overhead)",
                         "old — model benchmark: paper batch, eager", "old — model benchmark: paper batch, compiled"]
-    # an older file whose provenance file records the mode
+    # a file without the column whose provenance file records the mode
     (tmp_path / "old.meta.json").write_text(json.dumps({"settings": {"compile_mode": "max-autotune"}}))
     bench = table.load_bench([old])
     assert set(bench[bench["compile"]]["compile_mode"]) == {"max-autotune"}
@@ -259,7 +259,7 @@ def run_cli(*argv):
 
 def test_every_format_renders(runs, tmp_path, capsys):
     bench = bench_csv(tmp_path / "bench.csv")
-    assert run_cli("--runs", runs, "--bench", bench) == 0
+    assert run_cli("accuracy", "efficiency", "--runs", runs, "--bench", bench) == 0
     out, err = capsys.readouterr()
     assert "## Accuracy (test %)" in out and "## Efficiency — model benchmark: paper batch, eager" in out
     assert "skipping corrupt run record" in err and "broken/result.json" in err  # reported, with path; not fatal
@@ -274,7 +274,7 @@ def test_every_format_renders(runs, tmp_path, capsys):
     assert row["mean"] == pytest.approx(38.0) and row["std"] == pytest.approx(2.0) and row["n"] == 3
 
     out_file = tmp_path / "tables" / "lra.csv"
-    assert run_cli("--runs", runs, "--bench", bench, "--format", "csv", "--out", out_file) == 0
+    assert run_cli("accuracy", "efficiency", "--runs", runs, "--bench", bench, "--format", "csv", "--out", out_file) == 0
     efficiency = pd.read_csv(tmp_path / "tables" / "lra-efficiency.csv")
     assert set(efficiency["kind"]) == {"runs", "bench"}
     assert (tmp_path / "tables" / "lra-accuracy.csv").stat().st_size > 0
@@ -313,18 +313,18 @@ def test_bad_input_is_one_clear_error(tmp_path, runs, capsys):
 
 
 def test_out_folder_and_unknown_baseline_are_clear_errors(tmp_path, runs, capsys):
-    # --out naming a folder was an IsADirectoryError traceback from os.replace.
+    # --out naming a folder is one clear error (not an IsADirectoryError from os.replace).
     with pytest.raises(ValueError, match="--out .*: is a folder; give a file name"):
         run_cli("--runs", runs, "--out", tmp_path)
     assert not list(tmp_path.glob(".*.tmp"))
-    # A misspelt --baseline left every speedup empty ("–") without a word.
+    # A misspelt --baseline is an error naming the attentions, not a table of empty ("–") speedups.
     with pytest.raises(ValueError, match="--baseline 'Softmax': no such attention; available: .*softmax"):
         run_cli("--runs", runs, "--baseline", "Softmax")
     assert run_cli("efficiency", "--runs", runs, "--baseline", "flash") == 0  # a real one still works
     assert "vs flash" in capsys.readouterr().out
-    # Both tables as CSV on the terminal were two CSVs in one stream, parseable as neither.
+    # Several tables as CSV on the terminal would be several CSVs in one stream, parseable as none.
     with pytest.raises(ValueError, match="--format csv on the terminal prints one table"):
-        run_cli("--runs", runs, "--format", "csv")
+        run_cli("record", "accuracy", "--runs", runs, "--format", "csv")
     assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
 
 
@@ -336,7 +336,7 @@ def test_formatting_helpers():
 
 
 def test_a_record_with_a_non_numeric_result_is_reported_and_skipped(runs, capsys):
-    # A hand-edited "test_acc": "0.37" (valid JSON) made the run vanish from the tables without a word.
+    # A hand-edited "test_acc": "0.37" (valid JSON) is reported, not silently left out of the tables.
     record(runs, "listops", "linformer", 0, acc=0.5, test_acc="0.37")
     assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
     out, err = capsys.readouterr()

@@ -1,0 +1,29 @@
+"""Results tables from run records and model-benchmark CSVs (pandas).
+
+- `load`: run records -> one DataFrame with typed and derived columns (data, GPU sharing, chance);
+- `bench`: `lra bench models` CSVs -> one DataFrame;
+- `aggregate`: runs -> cells (one run per seed; mean, std and n over seeds);
+- `setting`: where a cell of runs departs from the paper's setting;
+- `record`, `accuracy`, `efficiency`: the tables (the LRA table of record; the papers' accuracy
+  layout; throughput and memory per length), each a tidy numeric summary (`--format csv`) and
+  display sections;
+- `render`: display sections as Markdown or LaTeX, summaries as CSV;
+- `format`: cell formatting shared with the plots.
+
+Standard deviations are sample standard deviations over seeds (ddof=1), so one seed has none.
+"""
+from lra.table.accuracy import accuracy_sections, accuracy_summary
+from lra.table.bench import BENCH_COLUMNS, load_bench, load_bench_frame, read_csv_file
+from lra.table.efficiency import EFFICIENCY_COLUMNS, efficiency_sections, efficiency_summary
+from lra.table.format import (NO_VALUE, format_duration, format_rate, format_seq_len, is_missing,
+                              parse_seq_len)
+from lra.table.load import filter_frame, load_run_records, normalise_records
+from lra.table.record import RECORD_COLUMNS, record_sections, record_summary
+from lra.table.render import FORMATS, Section, latex_escape, render, to_csv
+
+__all__ = [
+    "BENCH_COLUMNS", "EFFICIENCY_COLUMNS", "FORMATS", "NO_VALUE", "RECORD_COLUMNS", "Section", "accuracy_sections",
+    "accuracy_summary", "efficiency_sections", "efficiency_summary", "filter_frame", "format_duration", "format_rate",
+    "format_seq_len", "is_missing", "latex_escape", "load_bench", "load_bench_frame", "load_run_records",
+    "normalise_records", "parse_seq_len", "read_csv_file", "record_sections", "record_summary", "render", "to_csv",
+]
