@@ -21,10 +21,6 @@ from lra.cli import build_parser
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 RECIPES = sorted(p for p in SCRIPTS.glob("*.sh") if p.name != "budget.sh")
 
-# Flags the recipes use that the CLI is gaining in parallel work (`lra sweep`: K runs sharing one
-# GPU, a resumable stop at a deadline). Each takes one value. Remove an entry once the flag exists.
-PENDING_FLAGS = {("sweep", "--runs-per-gpu"), ("sweep", "--budget-minutes")}
-
 STUB = """\
 import json, os, sys
 with open(os.environ["FAKE_LRA_LOG"], "a") as log:
@@ -46,20 +42,6 @@ def run_recipe(recipe: Path, tmp_path: Path, *args: str, env: dict | None = None
                           capture_output=True, text=True, timeout=120)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     return proc, calls
-
-
-def without_pending(argv: list[str]) -> list[str]:
-    """argv with the pending flags (and their one value) removed."""
-    out, skip = [], False
-    for i, token in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if (argv[0], token) in PENDING_FLAGS:
-            skip = True
-            continue
-        out.append(token)
-    return out
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
@@ -87,19 +69,11 @@ def test_every_lra_call_of_a_recipe_parses_with_the_cli(recipe, tmp_path):
     assert calls, f"{recipe.name} called no lra command"
     parser = build_parser()
     for call in calls:
-        argv = without_pending(call["argv"])
+        argv = call["argv"]
         try:
             parser.parse_args(argv)
         except SystemExit:
             pytest.fail(f"{recipe.name}: `lra {' '.join(call['argv'])}` does not parse with the CLI")
-
-
-def test_pending_flags_are_not_in_the_cli_yet():
-    """Once a pending flag exists, the entry in PENDING_FLAGS is to be removed."""
-    parser = build_parser()
-    subparsers = next(a for a in parser._actions if a.dest == "command").choices
-    for verb, flag in PENDING_FLAGS:
-        assert flag not in subparsers[verb]._option_string_actions, f"{verb} {flag} exists: drop it from PENDING_FLAGS"
 
 
 def test_kernel_grid_resumes_and_passes_the_time_left(tmp_path):
