@@ -35,13 +35,16 @@ def load_checkpoint(path: str | Path) -> dict:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         detail = str(err).strip().splitlines()
-        why = next((line for line in detail if "GLOBAL" in line or "Unsupported" in line), detail[0] if detail else "")
+        unsafe = next((line for line in detail if "GLOBAL" in line or "global" in line), None)
+        if unsafe is None:  # a damaged file, not a foreign object
+            why = next((line for line in detail if "Unsupported" in line), detail[0] if detail else "")
+            raise UnsafeCheckpoint(f"{path} is not a readable checkpoint (UnpicklingError: {why.strip()})") from None
         raise UnsafeCheckpoint(f"refusing to load {path}: it holds objects other than tensors and plain data, "
-                               f"which could run code when loaded ({why.strip()}). `lra train` never writes "
+                               f"which could run code when loaded ({unsafe.strip()}). `lra train` never writes "
                                "such a file: it was made or altered elsewhere") from None
     except Exception as err:  # noqa: BLE001 - zip / truncation / I/O errors all mean "not readable"
         first = (str(err).strip().splitlines() or [""])[0]
-        raise UnsafeCheckpoint(f"{path} is not a readable PyTorch checkpoint ({type(err).__name__}: {first})") from None
+        raise UnsafeCheckpoint(f"{path} is not a readable checkpoint ({type(err).__name__}: {first})") from None
 
 
 def rebase_checkpoint_state(state: dict, old_dir: str, new_dir: str) -> dict:

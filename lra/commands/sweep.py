@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     stopped = sum(map(was_stopped, outcomes))
     counts["failed"] -= sum(was_stopped(o) and o.status == "failed" for o in outcomes)
     print(f"sweep finished in {time.perf_counter() - start:.0f}s: {counts['completed']} completed, "
-          f"{counts['failed']} failed, {counts['oom']} oom, {counts['diverged']} diverged, "
+          f"{counts['failed']} failed, {counts['oom']} oom, "
+          + (f"{counts['diverged']} diverged, " if counts["diverged"] else "")
           + (f"{stopped} stopped (they resume on the next sweep), " if stopped else "")
           + (f"{not_started} not started (out of time), " if not_started else "")
           + f"{done} already done, {invalid} invalid "
