@@ -229,7 +229,7 @@ def test_ctrl_c_saves_the_step_and_records_the_interruption(tmp_path, data_dir):
     with pytest.raises(SystemExit):  # Lightning turns Ctrl-C into a graceful shutdown and exit(1)
         train(config, callbacks=[Crash(4, KeyboardInterrupt())], progress_bar=False)
     rec = load(config.run_dir() / "result.json")
-    assert rec["status"] == "failed" and rec["error"].startswith("interrupted") and rec["steps"] == 4
+    assert rec["status"] == "interrupted" and rec["error"].startswith("interrupted") and rec["steps"] == 4
     last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 4
 
@@ -269,7 +269,7 @@ def test_lra_stop_at_stops_gracefully_and_the_run_resumes(tmp_path, data_dir, mo
     with pytest.raises(SystemExit):  # Lightning's graceful shutdown, as for Ctrl-C
         train(config, progress_bar=False)
     rec = load(config.run_dir() / "result.json")
-    assert rec["status"] == "failed" and rec["error"].startswith("interrupted") and rec["steps"] == 1
+    assert rec["status"] == "interrupted" and rec["error"].startswith("interrupted") and rec["steps"] == 1
     last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 1
     monkeypatch.setenv("LRA_STOP_AT", str(10**12))   # far away: installed, never due
