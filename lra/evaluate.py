@@ -1,7 +1,7 @@
 """Evaluate a saved checkpoint of an `lra train` run on its task's test or validation split.
 
 A run writes its test accuracy only when it completes (on its best-validation checkpoint). A run
-stopped early — a long Path-X fine-tune between device calls, a sweep cut short — or a checkpoint
+stopped early — a long Path-X fine-tune spread over several allocations, a sweep cut short — or a checkpoint
 worth a second look (its last one, another attention with the same weights, more evaluation
 examples) is evaluated here without touching the run: the run folder's `config.yaml` rebuilds the
 model and data exactly as trained, the checkpoint's weights are loaded, and Lightning's

@@ -19,7 +19,7 @@ any other failure is `error` with its message. Nothing stops the sweep.
 Interleaving (`--interleave`): the attentions of one (length, regime, mode) are built and warmed up
 together and then timed in rounds, a block of steps of each in turn, so that their ratio is measured in
 the same time windows. Host-bound cells (the small batch at 1K-4K on the H200) drift by tens of percent
-within one machine call (results/models/session13/), more than the attentions differ; the rows say what
+within one run of the benchmark, more than the attentions differ; the rows say what
 they were interleaved with.
 
 Profiling (`--profile DIR`): after a cell is timed, 3 more steps run under torch.profiler (CPU and, on
@@ -435,14 +435,13 @@ def measure_interleaved(cells: list[Cell], *, device, options: dict, steps: int,
                         compile_mode: str = "default") -> dict[tuple, dict | BaseException]:
     """Time cells of one (length, regime, mode) side by side: every model is built and warmed up, then
     ``rounds`` rounds each run ceil(steps / rounds) steps of every model in turn (the order rotates by one
-    each round). Host-bound steps drift by tens of percent within a machine call (results/models/
-    session13/); interleaving puts every attention in the same time windows, so their ratio is not the
+    each round). Host-bound steps drift by tens of percent within one run of the benchmark; interleaving puts every attention in the same time windows, so their ratio is not the
     drift's. Returns, per cell key, its metrics or the exception that stopped it (building, warm-up or
     a round). Peak memory is each model's own: the others' resident memory (parameters, optimizer
     state, batches) is subtracted. What the GPU libraries keep once they have run (cuBLAS workspaces)
     is charged to every model, as in a run of that model alone: it is measured by two one-sequence
-    eager steps of the first cell before any model is built (until session 14 it fell on the first
-    model only, ~70 MB at the small batch)."""
+    eager steps of the first cell before any model is built (else it would fall on the first model
+    only, ~70 MB at the small batch)."""
     import torch
 
     cuda = device.type == "cuda"
@@ -543,7 +542,7 @@ def uses_cuda_graphs(compile_mode: str) -> bool:
 def _ok_row(cell: Cell, options: dict, compile_mode: str, outcome: dict, *extra_notes: str) -> dict:
     """The row of a measured cell. Under CUDA graphs the step's tensors live in the graphs' private memory
     pool, allocated while warming up and reused by every replay, so the timed steps' peak allocation says
-    nothing about the model's memory (session 17: 0.00-0.07 GB): no peak memory there, and the note says so."""
+    nothing about the model's memory (it reads 0.00-0.07 GB): no peak memory there, and the note says so."""
     notes = [", ".join(f"{k}={v}" for k, v in options.items())]
     if cell.compile and compile_mode != "default":
         notes.append(f"torch.compile mode={compile_mode}")
