@@ -28,7 +28,7 @@ Graham 1969), the row itself in ``counts[h, slot, 2]``; the kernels take the hea
 ``LPT_HEAD_GROUP`` with the group's heaviest rows first (see ``_program_slot`` in
 :mod:`kernels.triton_attention`). Because the lists are stored by launch slot, not by row, a program's
 row, counts and index list are read with independent loads (one memory round trip before the first
-key tile instead of three in a chain; on the H200 this changed no timing beyond noise, session 8).
+key tile instead of three in a chain).
 Only the order of independent programs changes, so results are bit-identical, and dropout (keyed by
 real row/column indices) is unaffected.
 """

@@ -1,7 +1,7 @@
 """LayerNorm over the last dimension in Triton (forward and backward), and a drop-in ``nn.LayerNorm``.
 
 Why: a torch.profiler run of the ``paper`` LRA model's eager training step on an NVIDIA H200
-(session 10: 262,144 tokens per step = batch 256 x 1024, model dim 64, 2 layers, bf16 autocast)
+(262,144 tokens per step = batch 256 x 1024, model dim 64, 2 layers, bf16 autocast)
 showed PyTorch's LayerNorm kernels are very slow at width 64: ``vectorized_layer_norm_kernel<float>``
 took ~400 us per call (5 calls per step: 2.0 ms of an 11.2 ms step) and
 ``layer_norm_grad_input_kernel`` ~210 us per call (1.0 ms per step), where a memory-bound kernel
@@ -238,7 +238,7 @@ def _backward(x2, weight, mean, rstd, dy2, need_dx: bool, need_dw: bool, need_db
     if need_dx and d == 1:
         # One column: y = b whatever x is, so dx is exactly 0. The kernel would give rounding noise
         # times rstd = 1/sqrt(eps) there: on the GPU the compiler contracts g - mean(g) into an FMA
-        # (dy * w - c2 with an unrounded product), off by an ulp of g (seen on the H200, session 12).
+        # (dy * w - c2 with an unrounded product), off by an ulp of g (seen on the H200).
         dx.zero_()
         need_dx = False
     dw_part = torch.empty((programs, d), dtype=torch.float32, device=x2.device) if need_dw else None
