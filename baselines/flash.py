@@ -3,8 +3,8 @@
 
 `kernels` is imported when a module is *built*, not when this file is imported: the registry and the
 baselines stay importable while the kernels are missing or broken, and `lra.attention.can_run`
-reports why. Without CUDA, `import kernels` switches Triton to its interpreter (TRITON_INTERPRET=1),
-so both run on CPU tensors too: correct, but slow; meant for tests.
+reports why. Without CUDA, `import baselines` (like `import lra`) switches Triton to its interpreter
+(TRITON_INTERPRET=1) unless it is set, so both run on CPU tensors too: correct, but slow; meant for tests.
 """
 from __future__ import annotations
 
