@@ -120,7 +120,7 @@ def dropout_keep(seed, bh, rows, start_n, threshold, BLOCK_M: tl.constexpr, BLOC
     """Dropout keep-mask (bool, (BLOCK_M, BLOCK_N)) of query rows ``rows`` x keys
     ``start_n + [0, BLOCK_N)`` of (batch * heads + head) ``bh``; ``start_n`` is a multiple of 16.
 
-    Philox-4x32 (Salmon et al., 2011; ``PHILOX_ROUNDS`` rounds, 7 by default) keyed by the 64-bit
+    Philox-4x32 (Salmon et al., 2011; ``PHILOX_ROUNDS`` = 7 rounds) keyed by the 64-bit
     ``seed``, one call per query row and group of 16 consecutive keys: counter ``(j // 16, i, bh,
     0)``; its four 32-bit output words are sixteen bytes, and key ``j`` takes byte ``j % 4`` (0 =
     lowest) of word ``(j % 16) // 4``. A key is kept iff its byte is ``>= threshold``
