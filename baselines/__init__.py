@@ -7,7 +7,7 @@ import os
 
 import torch
 
-# Same policy as `kernels/__init__.py`: without CUDA, Triton runs only through its interpreter, and
+# Without CUDA, Triton (our kernels) runs only through its interpreter, and
 # TRITON_INTERPRET must be set before anything imports Triton. The modules below import torch._dynamo
 # (for `torch.compiler.disable`), which imports Triton, so the variable is set here, first.
 if not torch.cuda.is_available():

@@ -3,7 +3,8 @@ NeurIPS 2020), block-sparse in plain PyTorch. Independent of our Triton kernels 
 baseline they are compared with.
 
 Defaults are the paper's and LRA's: block size 64, a window of 3 blocks, the first and last blocks
-global, 3 random blocks per query block (pattern in `baselines/bigbird_pattern.py`).
+global, 3 random blocks per query block (pattern: `kernels.layouts.bigbird`, as a gather table in
+`baselines/bigbird_pattern.py`).
 
 Computation is gather-based, never an N x N mask: the two global query blocks attend densely to all
 N keys (2b x N scores); each middle query block gathers its (2 + window + random) key/value blocks

@@ -1,33 +1,36 @@
 """Block pattern of BigBird-ITC (Zaheer et al., "Big Bird: Transformers for Longer Sequences",
-NeurIPS 2020), as a gather table.
+NeurIPS 2020) for the PyTorch baseline, as a gather table.
 
-The sequence is cut into n_blocks blocks. ITC ("internal transformer construction"): the first and
-the last block are global (their queries attend to every key, every query attends to their keys).
-Every other query block i attends to
+The pattern is :func:`kernels.layouts.bigbird` with two global blocks, the one builder shared with
+the block-sparse kernel's BigBird layout: the first and the last block are global (their queries
+attend to every key, every query attends to their keys); every other query block i attends to
 - the two global blocks,
 - a sliding window of `window` blocks centred on i (no wrap-around),
 - `num_random` random blocks drawn from the non-global blocks outside its window.
 This is the pattern of the reference code (bigbird `bigbird_block_rand_mask`, LRA
 `get_block_rand_mask`), with one difference: LRA draws the random blocks only among the first
 1024 tokens (`last_idx=min(seq_length, 1024)`); we draw them from the whole sequence, as the paper
-describes.
+describes. The random draw is seeded by :func:`pattern_seed` of (seed, layer, block count).
 
-For the middle query blocks 1 .. n_blocks-2 the pattern is a fixed-width table `index`
-(heads, n_blocks-2, slots) of key-block ids with a `valid` flag per slot, slots =
-2 + window + num_random. A slot is invalid when its window block falls outside the sequence or
-repeats a global block (near the ends), so no key block is ever counted twice.
+For the middle query blocks 1 .. n_blocks-2 the baseline gathers through a fixed-width table
+`index` (heads, n_blocks-2, slots) of key-block ids with a `valid` flag per slot, slots =
+2 + window + num_random: each row's attended blocks in ascending order, then invalid padding slots
+(rows next to a global block or the sequence ends attend to fewer blocks), so no key block is ever
+counted twice.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from baselines.seeding import generator
+from baselines.seeding import derive_seed
+
+NUM_GLOBAL = 2  # ITC: the first and the last block
 
 
 def min_blocks(window: int, num_random: int) -> int:
     """Fewest blocks for which every middle row has its window, both globals and its random blocks."""
-    return 2 + window + num_random
+    return NUM_GLOBAL + window + num_random
 
 
 def check_block_count(n_blocks: int, block_size: int, window: int, num_random: int, seq_len: int | None = None) -> None:
@@ -42,10 +45,26 @@ def check_block_count(n_blocks: int, block_size: int, window: int, num_random: i
         )
 
 
+def pattern_seed(seed: int, layer_idx: int, n_blocks: int) -> int:
+    """The seed of the random blocks of layer `layer_idx` at `n_blocks` blocks (a stream of its own)."""
+    return derive_seed("bigbird", seed, layer_idx, n_blocks)
+
+
+def bigbird_layout(n_blocks: int, num_heads: int, window: int, num_random: int, seed: int, layer_idx: int) -> Tensor:
+    """(num_heads, n_blocks, n_blocks) bool block layout of the baseline: :func:`kernels.layouts.bigbird`
+    with two global blocks and the seed :func:`pattern_seed` (an independent draw per head)."""
+    # imported here: the baselines stay importable where the kernels package (Triton) is not
+    from kernels import layouts
+
+    return layouts.bigbird(n_blocks, num_global=NUM_GLOBAL, window=window, num_random=num_random,
+                           seed=pattern_seed(seed, layer_idx, n_blocks), num_heads=num_heads)
+
+
 def bigbird_gather_table(
     n_blocks: int, num_heads: int, window: int, num_random: int, seed: int, layer_idx: int
 ) -> tuple[Tensor, Tensor]:
-    """(index, valid): int64 and bool tensors of shape (num_heads, n_blocks - 2, 2 + window + num_random).
+    """(index, valid): int64 and bool tensors of shape (num_heads, n_blocks - 2, 2 + window + num_random)
+    of the middle rows of :func:`bigbird_layout`.
 
     Random blocks are fixed per (seed, layer_idx, head, n_blocks): the same every time it is called.
     """
@@ -58,35 +77,15 @@ def bigbird_gather_table(
             f"bigbird: the pattern needs at least {min_blocks(window, num_random)} blocks "
             f"(2 global + window {window} + {num_random} random), got {n_blocks}"
         )
-    half = window // 2
-    last = n_blocks - 1
-    rows = torch.arange(1, last)  # middle query blocks
-    offsets = torch.arange(-half, half + 1)
-    window_ids = rows[:, None] + offsets[None, :]  # (rows, window)
-    window_valid = (window_ids >= 1) & (window_ids <= last - 1)  # globals are covered by their own slots
-    fixed_ids = torch.cat(
-        [torch.zeros(len(rows), 1, dtype=torch.long), window_ids.clamp(0, last), torch.full((len(rows), 1), last)],
-        dim=1,
-    )
-    global_slot = torch.ones(len(rows), 1, dtype=torch.bool)
-    fixed_valid = torch.cat([global_slot, window_valid, global_slot], dim=1)
-
-    gen = generator("bigbird", seed, layer_idx, n_blocks)
-    random_ids = torch.empty(num_heads, len(rows), num_random, dtype=torch.long)
-    for r, i in enumerate(rows.tolist()):
-        candidates = [j for j in range(1, last) if abs(j - i) > half]
-        if len(candidates) < num_random:  # guarded by check_block_count; kept as an invariant
-            raise AssertionError(f"bigbird: row {i} has {len(candidates)} random candidates < {num_random}")
-        candidates_t = torch.tensor(candidates, dtype=torch.long)
-        for h in range(num_heads):
-            pick = torch.randperm(len(candidates), generator=gen)[:num_random]
-            random_ids[h, r] = candidates_t[pick].sort().values
-
-    index = torch.cat([fixed_ids.expand(num_heads, -1, -1), random_ids], dim=2)
-    valid = torch.cat(
-        [fixed_valid.expand(num_heads, -1, -1), torch.ones(num_heads, len(rows), num_random, dtype=torch.bool)], 2
-    )
-    return index.contiguous(), valid.contiguous()
+    middle = bigbird_layout(n_blocks, num_heads, window, num_random, seed, layer_idx)[:, 1:-1]
+    slots = min_blocks(window, num_random)
+    counts = middle.sum(-1)
+    if int(counts.max()) > slots:  # every middle row has at most its globals, window and random blocks
+        raise AssertionError(f"bigbird: a row attends to {int(counts.max())} blocks > {slots} slots")
+    # attended blocks first, in ascending order (a stable sort of "not attended")
+    index = torch.argsort((~middle).to(torch.uint8), dim=-1, stable=True)[..., :slots]
+    valid = torch.arange(slots) < counts[..., None]
+    return torch.where(valid, index, 0).contiguous(), valid.contiguous()
 
 
 def bigbird_block_mask(index: Tensor, valid: Tensor, n_blocks: int) -> Tensor:

@@ -3,8 +3,8 @@
 
 `kernels` is imported when a module is *built*, not when this file is imported: the registry and the
 baselines stay importable while the kernels are missing or broken, and `lra.attention.can_run`
-reports why. Without CUDA, `import kernels` switches Triton to its interpreter (TRITON_INTERPRET=1),
-so both run on CPU tensors too: correct, but slow; meant for tests.
+reports why. Without CUDA, `import baselines` (like `import lra`) switches Triton to its interpreter
+(TRITON_INTERPRET=1) unless it is set, so both run on CPU tensors too: correct, but slow; meant for tests.
 """
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ class BlockSparseFlashAttention(nn.Module):
         # The kernel's compressed form of the layout (tile lists), built once here (which also validates
         # block_size early) and again whenever the module moves (`_apply`), on the buffer's device:
         # forward only looks it up, so torch.compile traces no layout building (no graph break).
-        self._compressed_type = getattr(kernels, "BlockSparseLayout", None)
+        self._compressed_type = kernels.BlockSparseLayout
         self._compressed: list = []  # [i]: the layout for sequences of i + 1 blocks
         try:
             self._compress()
@@ -218,10 +218,9 @@ class BlockSparseFlashAttention(nn.Module):
             raise ValueError(f"flash_sparse: {err}") from err
 
     def _compress(self) -> None:
-        if self._compressed_type is not None:
-            full = self._compressed_type.from_dense(self.layout, self.block_size)
-            # corners are views of `full` sharing its plan cache, so one per block count costs no memory
-            self._compressed = [full.corner(n, n) for n in range(1, self.max_blocks + 1)]
+        full = self._compressed_type.from_dense(self.layout, self.block_size)
+        # corners are views of `full` sharing its plan cache, so one per block count costs no memory
+        self._compressed = [full.corner(n, n) for n in range(1, self.max_blocks + 1)]
 
     def _apply(self, fn, *args, **kwargs):
         module = super()._apply(fn, *args, **kwargs)
@@ -242,10 +241,7 @@ class BlockSparseFlashAttention(nn.Module):
             )
 
     def _kernel_layout(self, seq_len: int):
-        """What the kernel gets for `seq_len`: the compressed layout's top-left corner, or the bool
-        tensor when `kernels` has no BlockSparseLayout."""
-        if not self._compressed:
-            return self.layout_for(seq_len)
+        """What the kernel gets for `seq_len`: the compressed layout's top-left corner."""
         self._check_len(seq_len)
         return self._compressed[math.ceil(seq_len / self.block_size) - 1]
 

@@ -5,20 +5,18 @@ the LRA model (``kernels.layer_norm``).
     # packed (B, N, 3, H, d) input from a fused QKV projection, (B, N, H, d) output:
     from kernels import flash_attention_qkvpacked, block_sparse_flash_attention_qkvpacked
 
-Without CUDA, importing this package sets ``TRITON_INTERPRET=1`` (unless already set) before
-Triton is imported, so the same kernels run on CPU tensors through Triton's interpreter.
+On CUDA the kernels are compiled by Triton. On CPU tensors they run through Triton's interpreter,
+which must be switched on (``TRITON_INTERPRET=1``) before Triton is first imported. Importing this
+package changes no global setting of torch or of the process; :func:`enable_inductor_static_launch`
+is the one, explicit, process-wide switch (for torch.compile).
 """
-import os
-
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from . import layouts  # noqa: E402
-from .block_sparse import BlockSparseLayout, block_sparse_flash_attention, block_sparse_flash_attention_qkvpacked  # noqa: E402,E501
-from .dense import flash_attention, flash_attention_qkvpacked  # noqa: E402
-from .dropout import dropout_keep_mask, effective_dropout_p  # noqa: E402
+from . import layouts
+from .block_sparse import BlockSparseLayout, block_sparse_flash_attention, block_sparse_flash_attention_qkvpacked
+from .dense import flash_attention, flash_attention_qkvpacked
+from .dropout import dropout_keep_mask, effective_dropout_p
+from .inductor import enable_inductor_static_launch
+from .settings import kernel_settings
 
 __all__ = ["BlockSparseLayout", "block_sparse_flash_attention", "block_sparse_flash_attention_qkvpacked",
-           "dropout_keep_mask", "effective_dropout_p", "flash_attention", "flash_attention_qkvpacked", "layouts"]
+           "dropout_keep_mask", "effective_dropout_p", "enable_inductor_static_launch", "flash_attention",
+           "flash_attention_qkvpacked", "kernel_settings", "layouts"]

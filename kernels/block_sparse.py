@@ -28,9 +28,8 @@ Graham 1969), the row itself in ``counts[h, slot, 2]``; the kernels take the hea
 ``LPT_HEAD_GROUP`` with the group's heaviest rows first (see ``_program_slot`` in
 :mod:`kernels.triton_attention`). Because the lists are stored by launch slot, not by row, a program's
 row, counts and index list are read with independent loads (one memory round trip before the first
-key tile instead of three in a chain).
-Only the order of independent programs changes, so results are bit-identical, and dropout (keyed by
-real row/column indices) is unaffected.
+key tile instead of three in a chain). Only the order of independent programs changes, so results
+are bit-identical, and dropout (keyed by real row/column indices) is unaffected.
 """
 from __future__ import annotations
 
@@ -42,8 +41,9 @@ import torch
 from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from . import layouts as _layouts
-from . import ops, packed_fast_path
-from .dropout import draw_seed
+from . import ops
+from .autograd import packed_views
+from .dropout import draw_seed, fused_backward
 from .tiles import Tiles, select
 from .validation import check_attention_inputs
 
@@ -142,7 +142,6 @@ class BlockSparseLayout:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("_checked", set())  # pickled before check() remembered signatures
         self.key = next(_layout_keys)
         _LAYOUTS[self.key] = self
 
@@ -272,7 +271,7 @@ def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     scale, dropout_p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
                                                     softmax_scale)
-    out, _lse = ops.attention(q, k, v, key_padding_mask, seed, *plans, causal, dropout_p, scale, tiles)
+    out, _lse = ops.attention(q, k, v, key_padding_mask, seed, plans, causal, dropout_p, scale, tiles)
     return out
 
 
@@ -280,15 +279,11 @@ def block_sparse_flash_attention_qkvpacked(qkv: torch.Tensor, layout, *, block_s
                                            key_padding_mask: torch.Tensor | None = None, causal: bool = False,
                                            dropout_p: float = 0.0, softmax_scale: float | None = None) -> torch.Tensor:
     """:func:`block_sparse_flash_attention` of q, k, v packed in one (B, N, 3, H, d) tensor, returning
-    (B, N, H, d); the packed form of :func:`kernels.flash_attention_qkvpacked` (same gains in eager mode,
-    :mod:`kernels.packed_fast_path` included)."""
-    def regular(recorder):  # recorder: see kernels.packed_fast_path
-        q, k, v = views = ops.packed_views(qkv)
-        scale, p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
-                                                softmax_scale)
-        return ops.attention_packed(qkv, views, key_padding_mask, seed, plans, causal, p, scale, tiles, recorder)
-
-    return packed_fast_path.call(qkv, key_padding_mask, causal, dropout_p, softmax_scale, regular, layout, block_size)
+    (B, N, H, d); the packed form of :func:`kernels.flash_attention_qkvpacked` (same gains in eager mode)."""
+    q, k, v = views = packed_views(qkv)
+    scale, p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
+                                            softmax_scale)
+    return ops.attention_packed(qkv, views, key_padding_mask, seed, plans, causal, p, scale, tiles)
 
 
 def _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p, softmax_scale):
@@ -311,6 +306,6 @@ def _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p, s
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0,
-                   fused_bwd=ops.fused_dropout_backward(dropout_p))
+                   fused_bwd=fused_backward(dropout_p))
     plans = _plans_for(compiled, shape.n_q, shape.n_k, causal, tiles)
     return scale, dropout_p, seed, plans, tiles.as_list()

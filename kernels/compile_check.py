@@ -6,15 +6,11 @@ the launchers use, through Triton's real compiler for NVIDIA sm_90 (Hopper): by 
 Triton-GPU IR (fast; catches front-end and layout errors), with ``--ptx`` through LLVM to PTX.
 It needs no CUDA device and must run with ``TRITON_INTERPRET=0``.
 
-The opt-in TMA variants (``kernels.tiles.LOADS_TMA`` / ``LOADS_TMA_WS``) are compiled too; with
-``--ptx`` the check fails unless their PTX has ``cp.async.bulk.tensor`` copies and, where the
-launcher asks for warp specialisation, the kernel came out with more warps (producer + consumer
-warpgroups). ``--full`` also compiles every TMA candidate of ``kernels.tuning``, because a Triton
-compiler crash there aborts the process instead of raising, and the LayerNorm kernels of
-``kernels.layer_norm`` (``ln_fwd``, ``ln_bwd``: widths 64 to 512, a ragged 100 and 8192; float32
-and bfloat16 inputs, bfloat16 with float32 output as under CUDA autocast, bfloat16 output from bfloat16
-and float32 inputs (the model's norm1 / norm2 under autocast);
-``--full --kernels ln_fwd,ln_bwd`` compiles only those).
+``--full`` also compiles every dtype and head dim, and the LayerNorm kernels of
+``kernels.layer_norm`` (``ln_fwd``, ``ln_bwd``: widths 64 to 512, a ragged 100 and 8192; float32 and
+bfloat16 inputs, bfloat16 with float32 output as under CUDA autocast, bfloat16 output from bfloat16
+and float32 inputs (the model's norm1 / norm2 under autocast); ``--full --kernels ln_fwd,ln_bwd``
+compiles only those).
 
 Variants whose flags say every dimension is a multiple of its tile (``EVEN_*``) are specialised as
 the JIT specialises a contiguous input of such a shape: unit strides become the constant 1 and
@@ -32,21 +28,17 @@ import time
 
 
 def _variants(quick: bool):
-    """(kernel name, dtype, block_m, block_n, block_d, num_warps, num_stages, loads, flags) to
-    compile: the GPU tile table's entries (head dim 64; all head dims with ``quick=False``) for the
-    hot paths (plain, dropout, block-sparse; aligned shapes) and a ragged everything-on variant;
-    then, for 16-bit inputs, the same tiles with TMA loads (plain, ragged) and, with 4 warps (the
-    only count Triton's Hopper warp specialiser takes), TMA plus warp specialisation (plain, and
-    with ``quick=False`` ragged and causal, which the launcher compiles without specialisation:
-    :func:`kernels.ops.warp_spec_applies`). Flag sets with ``FUSED_DQ`` (the one-pass dropout
-    backward, the default with dropout: dropout aligned, ragged everything-on, block-sparse; with
-    TMA for 16-bit inputs) apply to the dK/dV kernel only. Every variant uses the tiles the launcher
-    gives such a call (``kernels.tiles.select``: the dropout table with dropout, the one-pass
-    backward's own dK/dV tiles with ``FUSED_DQ``)."""
+    """(kernel name, dtype, block_m, block_n, block_d, num_warps, num_stages, flags) to compile: the
+    GPU tile table's entries (bf16 at head dim 64; all dtypes and head dims with ``quick=False``) for
+    the hot paths (plain, dropout, block-sparse; aligned shapes) and a ragged everything-on variant.
+    Flag sets with ``FUSED_DQ`` (the one-pass dropout backward, the default with dropout: dropout
+    aligned, ragged everything-on, block-sparse) apply to the dK/dV kernel only. Every variant uses
+    the tiles the launchers give such a call (``kernels.tiles.select``: the dropout table with
+    dropout, the one-pass backward's own dK/dV tiles with ``FUSED_DQ``)."""
 
     import torch
 
-    from .tiles import _GPU_16BIT, LOADS_POINTERS, LOADS_TMA, LOADS_TMA_WS, select
+    from .tiles import select
 
     even = dict(IS_CAUSAL=False, HAS_PAD=False, HAS_DROPOUT=False, SPARSE=False, EVEN_M=True, EVEN_N=True, EVEN_D=True)
     flag_sets = [
@@ -62,26 +54,9 @@ def _variants(quick: bool):
     ]
     dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
     head_dims = [64] if quick else [16, 32, 64, 128]
-    tma_sets = [(LOADS_TMA, flag_sets[0]), (LOADS_TMA, flag_sets[3]), (LOADS_TMA_WS, flag_sets[0]),
-                (LOADS_TMA, fused_sets[0])]
-    if not quick:
-        tma_sets += [(LOADS_TMA_WS, flag_sets[3]), (LOADS_TMA_WS, dict(flag_sets[0], IS_CAUSAL=True))]
-    if not quick:
-        # every TMA candidate of kernels.tuning, as the tuner launches it (bf16, aligned, plain): a
-        # Triton compiler crash aborts the process, so none may first show up in a tuning run
-        from .tuning import candidates
-        from .tiles import PassTiles
-
-        for d, kernel in itertools.product((64, 128), ("fwd", "dkdv", "dq")):
-            anchor = getattr(_GPU_16BIT[d], kernel)
-            for cand in candidates(kernel, d, "tma", anchor):
-                t = PassTiles(*cand)
-                if t.loads != LOADS_POINTERS:
-                    yield kernel, "bf16", t.block_m, t.block_n, d, t.num_warps, t.num_stages, t.loads, flag_sets[0]
     torch_dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     for dtype, d in itertools.product(dtypes, head_dims):
-        runs = [(LOADS_POINTERS, flags) for flags in flag_sets + fused_sets] + (tma_sets if dtype != "fp32" else [])
-        for loads, flags in runs:
+        for flags in flag_sets + fused_sets:
             # the tiles the launcher gives such a call on a GPU (the dropout table with dropout, the
             # one-pass backward's dK/dV tiles with FUSED_DQ; block-sparse clamped to 128)
             tiles = select(torch.device("cuda"), torch_dtypes[dtype], d, 128 if flags["SPARSE"] else None,
@@ -89,21 +64,11 @@ def _variants(quick: bool):
             for kernel, t in (("fwd", tiles.fwd), ("dkdv", tiles.dkdv), ("dq", tiles.dq)):
                 if flags.get("FUSED_DQ") and kernel != "dkdv":
                     continue
-                warps = 4 if loads == LOADS_TMA_WS else t.num_warps
-                yield kernel, dtype, t.block_m, t.block_n, d, warps, t.num_stages, loads, flags
-
-
-_DESCRIPTORS = ("K_DESC", "V_DESC", "Q_DESC", "DO_DESC")
+                yield kernel, dtype, t.block_m, t.block_n, d, t.num_warps, t.num_stages, flags
 
 
 def _signature(fn, dtype: str, constexprs: dict) -> dict:
-    """Triton type of every argument of ``fn`` by its name (constexprs marked as such). The
-    descriptor arguments are TMA descriptors of the loop's tiles with ``USE_TMA``, else (unused)
-    pointers."""
-    def desc(name):  # Q and dO tiles have BLOCK_M rows, K and V tiles BLOCK_N
-        rows = constexprs["BLOCK_M"] if name in ("Q_DESC", "DO_DESC") else constexprs["BLOCK_N"]
-        return f"tensordesc<{dtype}[1,1,{rows},{constexprs['BLOCK_D']}]>"
-
+    """Triton type of every argument of ``fn`` by its name (constexprs marked as such)."""
     pointer = {"Q": dtype, "K": dtype, "V": dtype, "O": dtype, "DO": dtype, "DQ": dtype, "DK": dtype, "DV": dtype,
                "LSE": "fp32", "LSE2": "fp32", "DQ_ACC": "fp32", "DELTA": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
                "IDX": "i32", "CNT": "i32", "OUT": "u8"}
@@ -112,8 +77,6 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
-        elif name in _DESCRIPTORS:
-            sig[name] = desc(name) if constexprs.get("USE_TMA") else "*" + dtype
         elif name in pointer:
             sig[name] = "*" + pointer[name]
         elif name in floats:
@@ -161,8 +124,7 @@ def _resources(cubin: bytes) -> str:
     return " ".join(fields) + f" spill-stores:{sass.count('STL')}"
 
 
-def _source(kernel: str, dtype: str, block_m: int, block_n: int, block_d: int, flags: dict, *, tma: bool = False,
-            warp_spec: bool = False):
+def _source(kernel: str, dtype: str, block_m: int, block_n: int, block_d: int, flags: dict):
     """(Triton ASTSource of ``kernel`` -- "fwd", "dkdv", "dq" -- with these tiles and flags, whether
     it was specialised as the JIT does for aligned inputs (all of EVEN_M / EVEN_N / EVEN_D))."""
     from triton.compiler import ASTSource
@@ -171,9 +133,9 @@ def _source(kernel: str, dtype: str, block_m: int, block_n: int, block_d: int, f
 
     fn = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}[kernel]
     constexprs = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                      DOT_PREC="ieee" if dtype == "fp32" else None, UPCAST=False, USE_TMA=tma, WARP_SPEC=warp_spec)
+                      DOT_PREC="ieee" if dtype == "fp32" else None, UPCAST=False)
     if kernel == "dkdv":
-        constexprs.setdefault("FUSED_DQ", False)  # a constexpr with a default: spelled out here
+        constexprs.setdefault("FUSED_DQ", False)
     sig = _signature(fn, dtype, constexprs)
     attrs = None
     aligned = flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]
@@ -274,27 +236,18 @@ def loop_copy_waits(kernel: str, sparse: bool, block_m: int, block_n: int, head_
 
 
 def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, resources: bool = False,
-                     loads: str | None = None, kernel_names: str | None = None):
+                     kernel_names: str | None = None):
     """Compiles the variants, yielding one line per variant as it is done (raises on the first
-    failure). ``loads`` / ``kernel_names``: only variants with these (comma-separated) load modes
-    ("ptr", "tma", "tma+ws"; the LayerNorm kernels count as "ptr") / kernels ("fwd", "dkdv", "dq";
-    with ``quick=False`` also "ln_fwd", "ln_bwd")."""
+    failure). ``kernel_names``: only these (comma-separated) kernels ("fwd", "dkdv", "dq"; with
+    ``quick=False`` also "ln_fwd", "ln_bwd")."""
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from .ops import warp_spec_applies
-    from .tiles import LOADS_NAMES, LOADS_POINTERS, LOADS_TMA_WS, PassTiles
-
     target = GPUTarget("cuda", arch, 32)
-    for kernel, dtype, bm, bn, bd, warps, n_stages, mode, flags in _variants(quick):
-        if loads and LOADS_NAMES[mode] not in loads.split(","):
-            continue
+    for kernel, dtype, bm, bn, bd, warps, n_stages, flags in _variants(quick):
         if kernel_names and kernel not in kernel_names.split(","):
             continue
-        # the launcher's choice: warp specialisation only where Triton can build it
-        ws = warp_spec_applies(kernel, PassTiles(bm, bn, warps, n_stages, mode), causal=flags["IS_CAUSAL"],
-                               dropout=flags["HAS_DROPOUT"], sparse=flags["SPARSE"], even_n=flags["EVEN_N"])
-        src, aligned = _source(kernel, dtype, bm, bn, bd, flags, tma=mode != LOADS_POINTERS, warp_spec=ws)
+        src, aligned = _source(kernel, dtype, bm, bn, bd, flags)
         t0 = time.perf_counter()
         options = {"num_warps": warps, "num_stages": n_stages}
         compiled = triton.compile(src, target=target, options=options) if ptx else None
@@ -302,25 +255,12 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
             _front_end(src, target, options)
         on = ",".join(k for k, v in flags.items() if v and not k.startswith("EVEN")) or "plain"
         even = "aligned" if aligned else "ragged"
-        line = (f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} w{warps} s{n_stages} {LOADS_NAMES[mode]:<6} {on:<28} "
+        line = (f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} w{warps} s{n_stages} {on:<28} "
                 f"{even:<7} ok ({time.perf_counter() - t0:.1f}s)")
         if resources and compiled is not None:
             line += "  " + _resources(compiled.asm["cubin"])
-        if ptx and compiled is not None and mode != LOADS_POINTERS:
-            # the point of the variant: the loop's tiles must arrive through the copy engine
-            n_tma = compiled.asm["ptx"].count("cp.async.bulk.tensor")
-            if n_tma == 0:
-                raise RuntimeError(f"{line}: no cp.async.bulk.tensor in the PTX of a TMA variant")
-            line += f"  tma-copies:{n_tma}"
-            if ws:
-                # specialised: a producer warpgroup plus two consumer warpgroups (12 warps)
-                line += f"  warps:{compiled.metadata.num_warps}"
-                if compiled.metadata.num_warps == warps:
-                    raise RuntimeError(f"{line}: warp specialisation requested but not applied")
-        if mode == LOADS_TMA_WS:
-            line += "  ws:on" if ws else "  ws:off (kernels.ops.warp_spec_applies)"
         yield line
-    if quick or (loads and "ptr" not in loads.split(",")):
+    if quick:
         return
     for kernel, x_dtype, y_dtype, d in _layer_norm_variants():
         if kernel_names and kernel not in kernel_names.split(","):
@@ -339,18 +279,17 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="all dtypes and extra tile shapes")
+    parser.add_argument("--full", action="store_true", help="all dtypes and head dims, and the LayerNorm kernels")
     parser.add_argument("--ptx", action="store_true", help="compile through LLVM to PTX/cubin as well")
     parser.add_argument("--resources", action="store_true",
                         help="with --ptx: print registers, stack and spill stores of every variant")
-    parser.add_argument("--loads", default=None, help="only these load modes, comma-separated: ptr,tma,tma+ws")
     parser.add_argument("--kernels", default=None,
                         help="only these kernels, comma-separated: fwd,dkdv,dq (--full: also ln_fwd,ln_bwd)")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run with TRITON_INTERPRET=0: the interpreter replaces the compiler", file=sys.stderr)
         return 2
-    for line in compile_variants(quick=not args.full, ptx=args.ptx, resources=args.resources, loads=args.loads,
+    for line in compile_variants(quick=not args.full, ptx=args.ptx, resources=args.resources,
                                  kernel_names=args.kernels):
         print(line, flush=True)
     return 0

@@ -5,8 +5,9 @@ import math
 
 import torch
 
-from . import ops, packed_fast_path
-from .dropout import draw_seed
+from . import ops
+from .autograd import packed_views
+from .dropout import draw_seed, fused_backward
 from .tiles import select
 from .validation import check_attention_inputs
 
@@ -41,15 +42,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
     A query row whose keys are all masked returns 0 and passes zero gradient (never NaN).
     Gradients flow to q, k and v; the backward recomputes the probabilities from the saved
     log-sum-exp. Without dropout it is deterministic and uses no atomics; with dropout it runs in
-    one pass by default, its dQ summed with atomics and so varying in its last bits (faster: the
-    mask is generated once; ``$LRA_DROPOUT_BWD=split`` or ``torch.use_deterministic_algorithms(True)``
-    gives the deterministic two-pass form; see :mod:`kernels.ops`). Works under
+    one pass, its dQ summed with atomics and so varying in its last bits (faster: the mask is
+    generated once), unless ``torch.use_deterministic_algorithms(True)`` is in force, which gives the
+    deterministic two-pass form (see :mod:`kernels.dropout`). Works under
     ``torch.compile(fullgraph=True)``.
     Raises ``ValueError``/``TypeError`` naming the problem for bad input, before any launch.
     """
     scale, dropout_p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
-    out, lse = ops.attention(q, k, v, key_padding_mask, seed, None, None, None, None, None, None,
-                             causal, dropout_p, scale, tiles)
+    out, lse = ops.attention(q, k, v, key_padding_mask, seed, _NO_LISTS, causal, dropout_p, scale, tiles)
     return (out, lse) if return_lse else out
 
 
@@ -60,15 +60,15 @@ def flash_attention_qkvpacked(qkv: torch.Tensor, *, key_padding_mask: torch.Tens
     fused QKV projection viewed as (B, N, 3, H, d) — returning (B, N, H, d) (heads merge with a free
     ``.view(B, N, H * d)``). Same kernels, results and arguments (self-attention: N_q = N_k); the
     gradient comes back as one (B, N, 3, H, d) tensor. In eager mode this skips the view, permute
-    and copy operations that q/k/v views cost their caller (see ``kernels.ops._PackedFlashFunction``),
-    and repeat calls of one layout on CUDA take :mod:`kernels.packed_fast_path`.
+    and copy operations that q/k/v views cost their caller (see
+    :class:`kernels.autograd.PackedFlashFunction`).
     """
-    def regular(recorder):  # recorder: see kernels.packed_fast_path
-        q, k, v = views = ops.packed_views(qkv)
-        scale, p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
-        return ops.attention_packed(qkv, views, key_padding_mask, seed, (None,) * 6, causal, p, scale, tiles, recorder)
+    q, k, v = views = packed_views(qkv)
+    scale, p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
+    return ops.attention_packed(qkv, views, key_padding_mask, seed, _NO_LISTS, causal, p, scale, tiles)
 
-    return packed_fast_path.call(qkv, key_padding_mask, causal, dropout_p, softmax_scale, regular)
+
+_NO_LISTS = (None,) * 6  # dense: no block-sparse index lists
 
 
 def _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale):
@@ -78,5 +78,5 @@ def _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale):
     dropout_p = float(dropout_p)
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, dropout=dropout_p > 0.0,
-                   fused_bwd=ops.fused_dropout_backward(dropout_p)).as_list()
+                   fused_bwd=fused_backward(dropout_p)).as_list()
     return scale, dropout_p, seed, tiles

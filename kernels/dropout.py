@@ -1,19 +1,17 @@
-"""Attention dropout: seeds, thresholds and the keep-mask testing helper.
+"""Attention dropout: seeds, thresholds, the backward form, and the keep-mask testing helper.
 
 Scheme (implemented by ``triton_attention.dropout_keep``, the one Triton function that the
 forward, both backward passes and :func:`dropout_keep_mask` call): every call draws one 64-bit seed
 from torch's default generator for the device of q (``torch.manual_seed`` makes runs reproducible).
 With ``w = Philox4x32-7(key=seed, counter=(j // 16, i, b * H + h, 0))`` (four 32-bit words;
-7 rounds, or 10 with ``$LRA_DROPOUT_RNG=rounds=10``: see ``triton_attention.PHILOX_ROUNDS``),
-element ``(b, h, i, j)`` of the probability matrix is kept iff
+7 rounds: see ``triton_attention.PHILOX_ROUNDS``), element ``(b, h, i, j)`` of the probability matrix is kept iff
 
     (w[(j % 16) // 4] >> (8 * (j % 4))) & 0xFF  >=  t,    t = min(round(dropout_p * 256), 255)
 
 and kept probabilities are scaled by ``1 / (1 - t / 256)``. So one Philox evaluation decides 16
 keys (tiles start at multiples of 16 keys, so a group never straddles two tiles): 16x fewer than one
 call per element, which matters because the random numbers, not the matrix products, bound the
-kernels' speed under dropout at the LRA head dims (32, 64); on the H200, d=32, one call per 8 keys
-still made the forward 2.7x slower than without dropout. The price is that the drop rate is
+kernels' speed under dropout at the LRA head dims (32, 64). The price is that the drop rate is
 ``dropout_p`` rounded to a multiple of 1/256 (:func:`effective_dropout_p`; 0.1 -> 0.1016); the
 scale uses that rounded rate, so the output stays an unbiased estimate of the undropped one. The
 reference FlashAttention implementation (flash-attn) makes the same trade: 8-bit random numbers, 16
@@ -23,6 +21,15 @@ The counter words are the key-group index (below 2**28 for N_k < 2**32), the que
 (batch, head) index, each below 2**32, so nothing wraps at N = 64K (N_q * N_k = 2**32) or beyond,
 and the mask does not depend on tile sizes: the backward passes, with their own tiles, regenerate
 exactly the forward's mask.
+
+Backward (:func:`fused_backward`): under dropout it runs in one pass by default, FlashAttention-2
+style: the dK/dV kernel also computes each query tile's dQ share and adds it into a float32 buffer
+with ``tl.atomic_add``, so the mask is generated and the probabilities recomputed once instead of
+twice (at the LRA head dims the random numbers bound the backward; results/kernels/dropout/backward/).
+The atomics add in an order that varies from run to run, so dQ is not deterministic in its last bits
+(dK and dV are). Under ``torch.use_deterministic_algorithms(True)`` (Lightning's
+``deterministic=True``), and always without dropout, the two-pass backward runs instead: dK/dV over
+query tiles, then dQ over key tiles, no atomics, bit-reproducible.
 """
 from __future__ import annotations
 
@@ -51,6 +58,13 @@ def keep_threshold(dropout_p: float) -> int:
 def effective_dropout_p(dropout_p: float) -> float:
     """The drop rate the kernels apply for ``dropout_p``: rounded to a multiple of 1/256."""
     return keep_threshold(dropout_p) / 2**RANDOM_BITS
+
+
+def fused_backward(dropout_p: float) -> bool:
+    """Whether a call with ``dropout_p`` takes the one-pass backward (atomic dQ): dropout on and
+    torch's deterministic algorithms off (see the module docstring). Asked when the call's tiles
+    are chosen (``kernels.tiles.select(fused_bwd=...)``) and again when its backward runs."""
+    return dropout_p > 0.0 and not torch.are_deterministic_algorithms_enabled()
 
 
 def dropout_keep_mask(q: torch.Tensor, k: torch.Tensor, dropout_p: float, *,

@@ -1,11 +1,9 @@
 """LayerNorm over the last dimension in Triton (forward and backward), and a drop-in ``nn.LayerNorm``.
 
-Why: a torch.profiler run of the ``paper`` LRA model's eager training step on an NVIDIA H200
-(262,144 tokens per step = batch 256 x 1024, model dim 64, 2 layers, bf16 autocast)
-showed PyTorch's LayerNorm kernels are very slow at width 64: ``vectorized_layer_norm_kernel<float>``
-took ~400 us per call (5 calls per step: 2.0 ms of an 11.2 ms step) and
-``layer_norm_grad_input_kernel`` ~210 us per call (1.0 ms per step), where a memory-bound kernel
-needs ~35 us (262K rows x 64 float32 in and out). The kernels here normalise many rows per program.
+Why: at the LRA model's width (64) PyTorch's LayerNorm CUDA kernels take several times what a
+memory-bound pass needs (a profile of the ``paper`` model's eager training step on an H200, 262,144
+tokens per step: ~400 us per forward call and ~210 us per backward call where ~35 us would do;
+results/models/). The kernels here normalise many rows per program.
 
 Math (per row of width D, in float32 whatever the input dtype)::
 
@@ -36,7 +34,7 @@ Design:
   buffers tiny (P x D, 528 x 64 on an H200) and the result deterministic (no atomics), where one
   program per tile would need an [n_tiles, D] buffer and a second reduction pass.
 
-The tile sizes and P follow from register counts, not yet from timings on the GPU.
+The tile sizes and P follow from register counts.
 
 Output dtype: ``F.layer_norm``'s. Under CUDA autocast that is float32 (layer_norm is on autocast's
 float32 list; the kernel reads the 16-bit input as is, which is exact); CPU autocast leaves
@@ -46,19 +44,17 @@ norm2, which feed Linear layers only) writes autocast's dtype instead: the Linea
 float32 output to bfloat16 anyway, so the values are the same and two cast kernels per call
 (forward and backward) go away.
 
-``$LRA_LAYER_NORM`` chooses what :class:`LayerNorm` runs (read at every call):
-unset or ``auto`` -- the kernel for CUDA inputs of at least ``AUTO_MIN_ELEMENTS`` elements,
-``F.layer_norm`` otherwise; ``torch`` -- never the
-kernel; ``triton`` -- always the kernel, also on CPU (there it needs the interpreter,
-``TRITON_INTERPRET=1``, which ``import kernels`` sets where there is no CUDA). Under
-``torch.compile`` the module always uses ``F.layer_norm``, which Inductor fuses itself.
+:class:`LayerNorm`'s ``backend`` chooses what it runs: ``"auto"`` (the default) -- the kernel for
+CUDA inputs of at least ``AUTO_MIN_ELEMENTS`` elements, ``F.layer_norm`` otherwise; ``"torch"`` --
+never the kernel; ``"triton"`` -- always the kernel, also on CPU (there it needs Triton's
+interpreter, ``TRITON_INTERPRET=1``). Under ``torch.compile`` the module always uses
+``F.layer_norm``, which Inductor fuses itself.
 """
 from __future__ import annotations
 
 import functools
 import math
 import numbers
-import os
 
 import torch
 import torch.nn.functional as F
@@ -67,26 +63,20 @@ import triton.language as tl
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .launch import launcher
 from .tiles import cdiv
 
-ENV = "LRA_LAYER_NORM"
-MODES = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "triton")
 MAX_D = 8192            # widest row the kernels take; wider rows go to F.layer_norm
 FWD_TILE = 4096         # elements per forward tile (at least one row)
 BWD_TILE = 2048         # elements per backward tile (at least one row): it holds more per element
 BWD_PROGRAMS_PER_SM = 4
 CPU_BWD_PROGRAMS = 4    # the interpreter: few programs, so the grid-stride loop is exercised
-# auto mode: the kernel only for inputs of at least this many elements. Below it a step is bound by
-# the host, where a Triton launch from Python (~20-40 us) costs more than F.layer_norm's C++
-# dispatch, while PyTorch's slow kernel costs little GPU time: the H200 profile's paper batch
-# (262,144 x 64 = 16.8M elements, GPU-bound) takes the kernel, the small batch of `lra bench
-# models` (32,768 x 64 = 2.1M, host-bound in eager mode) keeps F.layer_norm.
+# backend "auto": the kernel only for inputs of at least this many elements. Below it a step is bound
+# by the host, where a Triton launch from Python costs more than F.layer_norm's C++ dispatch, while
+# PyTorch's slow kernel costs little GPU time: the paper batch (262,144 x 64 = 16.8M elements,
+# GPU-bound) takes the kernel, the small batch of `lra bench models` (32,768 x 64 = 2.1M) does not.
 AUTO_MIN_ELEMENTS = 1 << 22
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-# the kernels below were built for the interpreter (decided by triton.jit at import)
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -222,7 +212,7 @@ def _forward(x2: torch.Tensor, weight, bias, eps: float, out_dtype: torch.dtype)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
     block_d, block_rows, warps = fwd_config(d)
     grid = (cdiv(n_rows, block_rows),)
-    launcher(layer_norm_fwd_kernel)[grid](
+    layer_norm_fwd_kernel[grid](
         x2, weight if weight is not None else x2, bias if bias is not None else x2, y, mean, rstd,
         n_rows, d, eps, HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_ROWS=block_rows,
         BLOCK_D=block_d, EVEN_D=d == block_d, num_warps=warps)
@@ -238,12 +228,12 @@ def _backward(x2, weight, mean, rstd, dy2, need_dx: bool, need_dw: bool, need_db
     if need_dx and d == 1:
         # One column: y = b whatever x is, so dx is exactly 0. The kernel would give rounding noise
         # times rstd = 1/sqrt(eps) there: on the GPU the compiler contracts g - mean(g) into an FMA
-        # (dy * w - c2 with an unrounded product), off by an ulp of g (seen on the H200).
+        # (dy * w - c2 with an unrounded product), off by an ulp of g.
         dx.zero_()
         need_dx = False
     dw_part = torch.empty((programs, d), dtype=torch.float32, device=x2.device) if need_dw else None
     db_part = torch.empty((programs, d), dtype=torch.float32, device=x2.device) if need_db else None
-    launcher(layer_norm_bwd_kernel)[(programs,)](
+    layer_norm_bwd_kernel[(programs,)](
         x2, weight if weight is not None else x2, dy2, dx if need_dx else x2, mean, rstd,
         dw_part if need_dw else mean, db_part if need_db else mean, n_rows, d, n_tiles,
         HAS_W=weight is not None, COMPUTE_DX=need_dx, COMPUTE_DW=need_dw, COMPUTE_DB=need_db,
@@ -343,7 +333,7 @@ def _check(x, weight, bias, eps) -> None:
 
 
 def _check_device(x: torch.Tensor) -> None:
-    if x.device.type != "cuda" and not _INTERPRETED:
+    if x.device.type != "cuda" and not INTERPRETED:
         raise ValueError(f"layer_norm: x is on {x.device}; the Triton kernel runs on CUDA, or on CPU "
                          "through the interpreter (TRITON_INTERPRET=1 before triton is imported)")
 
@@ -375,23 +365,14 @@ def _apply(x, weight, bias, eps: float, autocast_output: bool) -> torch.Tensor:
     return LayerNormFunction.apply(x.contiguous(), weight, bias, float(eps), output_dtype(x, autocast_output))
 
 
-def layer_norm_mode() -> str:
-    """``$LRA_LAYER_NORM`` ("auto" when unset or empty); ValueError for anything but auto, torch, triton."""
-    mode = os.environ.get(ENV, "").strip().lower() or "auto"
-    if mode not in MODES:
-        raise ValueError(f"${ENV}={os.environ.get(ENV)!r}: expected one of {', '.join(MODES)} "
-                         "(auto: the Triton kernel on CUDA; torch: never; triton: always, also on CPU)")
-    return mode
-
-
 def auto_uses_kernel(device_type: str, numel: int) -> bool:
-    """Whether ``$LRA_LAYER_NORM=auto`` runs the kernel: CUDA inputs of >= ``AUTO_MIN_ELEMENTS``."""
+    """Whether backend "auto" runs the kernel: CUDA inputs of >= ``AUTO_MIN_ELEMENTS`` elements."""
     return device_type == "cuda" and numel >= AUTO_MIN_ELEMENTS
 
 
 class LayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` (same parameters and state_dict keys) whose forward runs the Triton kernels
-    for CUDA inputs (see the module docstring for ``$LRA_LAYER_NORM``); ``F.layer_norm`` under
+    chosen by ``backend`` (see the module docstring: "auto", "torch" or "triton"); ``F.layer_norm`` under
     ``torch.compile``, without elementwise affine, for normalized shapes of more than one
     dimension, other dtypes and rows wider than ``MAX_D``.
 
@@ -402,9 +383,13 @@ class LayerNorm(nn.LayerNorm):
     which the cast's backward would widen exactly), without the two cast kernels. The
     ``F.layer_norm`` fallback keeps its float32 output."""
 
-    def __init__(self, *args, autocast_output: bool = False, **kwargs):
+    def __init__(self, *args, autocast_output: bool = False, backend: str = "auto", **kwargs):
         super().__init__(*args, **kwargs)
+        if backend not in BACKENDS:
+            raise ValueError(f"LayerNorm: backend={backend!r}; use one of {', '.join(BACKENDS)} "
+                             "(auto: the Triton kernel for large CUDA inputs; torch: never; triton: always)")
         self.autocast_output = autocast_output
+        self.backend = backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() or not self._use_kernel(x):
@@ -414,8 +399,7 @@ class LayerNorm(nn.LayerNorm):
     def _use_kernel(self, x: torch.Tensor) -> bool:
         """Whether the kernels apply to this call -- which also validates it for them, so that the
         forward skips :func:`layer_norm`'s checks (a module's parameters are (D,) tensors already)."""
-        mode = layer_norm_mode()
-        if mode == "torch" or (mode == "auto" and not auto_uses_kernel(x.device.type, x.numel())):
+        if self.backend == "torch" or (self.backend == "auto" and not auto_uses_kernel(x.device.type, x.numel())):
             return False
         use = (self.elementwise_affine and len(self.normalized_shape) == 1 and x.dim() >= 1
                and x.shape[-1] == self.normalized_shape[0] and 1 <= x.shape[-1] <= MAX_D and x.numel() > 0
@@ -424,3 +408,16 @@ class LayerNorm(nn.LayerNorm):
         if use:
             _check_device(x)  # forced on a CPU tensor without the interpreter: one clear error
         return use
+
+
+def _built_for_interpreter() -> bool:
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # a Triton without this class: nothing else runs CPU tensors
+        return False
+    return isinstance(layer_norm_fwd_kernel, InterpretedFunction)
+
+
+# Whether these kernels run in Triton's interpreter (fixed when triton.jit decorated them): the only
+# way they take CPU tensors.
+INTERPRETED = _built_for_interpreter()

@@ -1,21 +1,18 @@
 """Tile shapes and launch parameters of the attention kernels, per device, pass and head dim.
 
 A :class:`Tiles` value fixes, for each of the three passes (forward, backward dK/dV, backward dQ),
-the tile (BLOCK_M query rows x BLOCK_N key rows), ``num_warps``, ``num_stages`` and how the tiles
-are loaded (``loads``: pointer arithmetic, the default everywhere, or opt-in Hopper TMA tensor
-descriptors, optionally with a warp-specialised loop; see ``LOADS_*``). The public functions pick
-one with :func:`select` before launching and hand it, as a list of 15 ints (:meth:`Tiles.as_list`),
-to the forward *and* the backward op, so both always agree (block-sparse index lists are built
-for exactly these tiles).
+the tile (BLOCK_M query rows x BLOCK_N key rows), ``num_warps`` and ``num_stages``. The public
+functions pick one with :func:`select` before launching and hand it, as a list of 12 ints
+(:meth:`Tiles.as_list`), to the forward *and* the backward op, so both always agree (block-sparse
+index lists are built for exactly these tiles).
 
 GPU (sm_80+) values are a fixed table per padded head dim, measured on an H200 with
-``python -m kernels.tuning`` (see ``results/kernels/README.md``); the forward follows the
-FlashAttention-2 shape (128 query rows per program, 64-key tiles), the dK/dV pass keeps a wide key
-tile (128) resident and streams narrow query tiles (32), the dQ pass the other way round.
+``python -m kernels.tuning``; the forward follows the FlashAttention-2 shape (128 query rows per
+program, 64-key tiles), the dK/dV pass keeps a wide key tile (128) resident and streams narrow query
+tiles (32), the dQ pass the other way round. :func:`load_tuning` replaces entries from a tuning JSON.
 
 Without CUDA the kernels run in Triton's interpreter, where every tile operation is a NumPy call:
-big tiles mean fewer calls, so the CPU uses 128 x 128 everywhere (measured: B8 H2 N256 d16 fwd+bwd
-1.9 s at 128, 5.0 s at 64, 3.2 s at 256).
+big tiles mean fewer calls, so the CPU uses 128 x 128 everywhere.
 
 Block-sparse attention clamps every tile side to ``block_size`` (all are powers of two, so the
 tile divides the layout block and a layout block is a whole number of tiles).
@@ -25,17 +22,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 from typing import Iterator
 
 import torch
-
-
-# PassTiles.loads: how a pass streams the operands of its inner loop (K/V in the forward and dQ pass,
-# Q/dO in the dK/dV pass)
-LOADS_POINTERS = 0  # pointer arithmetic; Triton pipelines the loads as cp.async copies (num_stages)
-LOADS_TMA = 1  # Hopper TMA tensor descriptors (4-D, over (B, H, N, d) with the caller's strides)
-LOADS_TMA_WS = 2  # TMA plus warp specialisation of the unmasked inner loop (producer / consumer warps)
-LOADS_NAMES = {LOADS_POINTERS: "ptr", LOADS_TMA: "tma", LOADS_TMA_WS: "tma+ws"}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -50,13 +40,6 @@ class PassTiles:
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
-    # LOADS_*: a request; the launcher falls back to pointers where TMA cannot apply (see
-    # kernels.ops.tma_applies), so every table entry is valid on every device and layout
-    loads: int = LOADS_POINTERS
-
-    def __post_init__(self):
-        if self.loads not in LOADS_NAMES:
-            raise ValueError(f"PassTiles.loads must be one of {sorted(LOADS_NAMES)}, got {self.loads}")
 
     def fits(self, block_size: int) -> bool:
         """Whether both tile sides are at most ``block_size`` (both powers of two: such a tile divides a block)."""
@@ -66,7 +49,7 @@ class PassTiles:
         if self.fits(block_size):
             return self
         return PassTiles(min(self.block_m, block_size), min(self.block_n, block_size), self.num_warps,
-                         self.num_stages, self.loads)
+                         self.num_stages)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,27 +59,25 @@ class Tiles:
     dq: PassTiles
 
     def as_list(self) -> list[int]:
-        """15 ints: (block_m, block_n, num_warps, num_stages, loads) of fwd, dkdv, dq."""
+        """12 ints: (block_m, block_n, num_warps, num_stages) of fwd, dkdv, dq."""
         out: list[int] = []
         for p in (self.fwd, self.dkdv, self.dq):
-            out += [p.block_m, p.block_n, p.num_warps, p.num_stages, p.loads]
+            out += [p.block_m, p.block_n, p.num_warps, p.num_stages]
         return out
 
     @staticmethod
     def from_list(values) -> "Tiles":
-        """Inverse of :meth:`as_list`; also reads the older 12-int form (4 per pass, pointer loads)."""
+        """Inverse of :meth:`as_list`."""
         v = [int(x) for x in values]
-        if len(v) not in (12, 15):
-            raise ValueError(f"expected 15 (or 12) tile parameters, got {len(v)}")
-        w = len(v) // 3
-        return Tiles(*(PassTiles(*v[i * w:(i + 1) * w]) for i in range(3)))
+        if len(v) != 12:
+            raise ValueError(f"expected 12 tile parameters (4 per pass: fwd, dkdv, dq), got {len(v)}")
+        return Tiles(*(PassTiles(*v[i * 4:(i + 1) * 4]) for i in range(3)))
 
     def clamped(self, block_size: int) -> "Tiles":
         """These tiles with every side at most ``block_size``. Block-sparse calls clamp on every call, so
-        the usual case (the tiles fit: 128-token blocks) returns ``self`` after six comparisons: under
-        torch.compile that is all Dynamo traces (tracing the dataclass rebuild added 10 Python guards,
-        evaluated at every compiled call; session 17). Tiles that do need clamping come from a cache
-        (rebuilding three frozen dataclasses cost ~20 us of each call's host time)."""
+        the usual case (the tiles fit) returns ``self`` after six comparisons, which is also all that
+        Dynamo traces under torch.compile (no dataclass rebuild, no extra guards); tiles that do need
+        clamping come from a cache."""
         if self.fwd.fits(block_size) and self.dkdv.fits(block_size) and self.dq.fits(block_size):
             return self
         return _clamped(self, block_size)
@@ -112,10 +93,10 @@ def padded_head_dim(head_dim: int) -> int:
     return max(16, 1 << (int(head_dim) - 1).bit_length())
 
 
-# (fwd, dkdv, dq) per padded head dim, 16-bit inputs on sm_90 (H100/H200): the best of
-# `python -m kernels.tuning --head-dims 64,32` and `--head-dims 128` (--seq-lens 4096,16384) on an
-# H200 (torch 2.11, triton 3.6, 2026-11-30, session 2; every timing in results/kernels/tuning/).
-# 16 reuses 32's entry. 8 warps = two 64-row warpgroups; the 4-warp d=64 forward was 4 % slower.
+# Tables per padded head dim, (fwd, dkdv, dq); each entry the winner of `python -m kernels.tuning` on an
+# H200 (the timings: results/kernels/tuning/ and results/kernels/sparse_grid/s9_call1_dc8f0fa/).
+# Head dim 16 reuses 32's entries. 8 warps = two 64-row warpgroups.
+# 16-bit inputs (results/kernels/tuning/tuning_d64_d32_h200.json, tuning_d128_h200.json):
 _GPU_16BIT: dict[int, Tiles] = {
     16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(64, 64, 4, 3)),
     32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(64, 64, 4, 3)),
@@ -129,57 +110,23 @@ _GPU_FP32: dict[int, Tiles] = {
     64: Tiles(PassTiles(64, 64, 4, 2), PassTiles(32, 64, 4, 2), PassTiles(64, 32, 4, 2)),
     128: Tiles(PassTiles(64, 32, 4, 2), PassTiles(32, 64, 8, 1), PassTiles(64, 32, 8, 1)),
 }
-# 16-bit inputs with attention dropout: entries here replace _GPU_16BIT's (the Philox random numbers
-# raise register pressure, so the best tiles can differ); a head dim not listed uses _GPU_16BIT's.
-# Measured with `python -m kernels.tuning --head-dims 32,64 --dropout 0.1` (same run as above); the
-# d = 32 dK/dV and dQ entries re-tuned in session 6 (`LRA_DROPOUT_BWD=split ... --passes dkdv,dq`,
-# results/kernels/tuning/tuning_dropout_split_dkdv_dq_h200.json: dK/dV (64, 64, 4, 3) 40.5 ms vs
-# (32, 128, 4, 3) 41.7 ms, dQ (64, 64, 4, 3) 39.7 ms vs (128, 64, 4, 3) 40.5 ms, backward at N = 16K).
+# 16-bit inputs with attention dropout, replacing _GPU_16BIT's entries (the Philox random numbers raise
+# register pressure); a head dim not listed uses _GPU_16BIT's. The two-pass backward's tiles:
+# results/kernels/tuning/tuning_dropout_d32_d64_h200.json, tuning_dropout_split_dkdv_dq_h200.json.
 _GPU_16BIT_DROPOUT: dict[int, Tiles] = {
     32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
     64: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
 }
-# The one-pass dropout backward (kernels.ops.fused_dropout_backward) runs its dK/dV kernel with a
-# dQ tile on top, so it has dK/dV tiles of its own: `LRA_DROPOUT_BWD=fused python -m kernels.tuning
-# --head-dims 32,64 --dropout 0.1 --passes dkdv` on the H200, session 6
-# (results/kernels/tuning/tuning_dropout_fused_dkdv_h200.json; N = 4K, 16K: d = 32
-# (64, 64, 4, 3) 30.9 ms vs the split's (32, 128, 4, 3) 40.9 ms at 16K; d = 64 (64, 128, 8, 3) 24.2 ms
-# vs (64, 64, 4, 3) 25.5 ms). 16 reuses 32's.
+# The one-pass dropout backward (kernels.dropout.fused_backward) holds a dQ tile in its dK/dV kernel, so
+# that kernel has tiles of its own (results/kernels/tuning/tuning_dropout_fused_dkdv_h200.json).
 _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
     16: PassTiles(64, 64, 4, 3),
     32: PassTiles(64, 64, 4, 3),
     64: PassTiles(64, 128, 8, 3),
 }
-# Not adopted (session 14): wider one-pass dK/dV tiles for short sequences. At the model's small batch
-# at 1K (B 32 x H 2, d 32, dropout 0.1) `python -m kernels.tuning ... --passes dkdv` found (64, 128,
-# 4, 3) 0.172 ms vs this table's (64, 64, 4, 3) 0.203 ms (results/models/session14/call2_7dd05da/),
-# but (64, 64, 4, 3) won at the paper batch at 1K (B 256: 1.072 vs 1.235 ms) and at the small batch at
-# 2K / 4K (0.286 / 0.509 vs 0.313 / 0.596 ms; results/models/session14/call3_bb6939b/). With a length
-# rule (N_q <= 1K) the model's small-batch steps moved within the drift between calls, and its paper
-# batch at 1K measured 0.98x SDPA (1.16x two calls before without the rule). One entry for every length.
-# 16-bit block-sparse calls without dropout: entries here replace _GPU_16BIT's for them (before the
-# clamp to the block size). Measured with `python -m kernels.tuning --sparse bigbird --block-size 128
-# --head-dims 32,64 --seq-lens 4096,16384` on the H200 (session 7, git 8632699;
-# results/kernels/tuning/tuning_sparse_bigbird_h200.json; ms at 4K / 16K, tuned vs the dense entry):
-# d = 32 fwd (128, 128, 4, 3) 0.728 / 0.822 vs 0.743 / 0.849, dK/dV (64, 128, 4, 3) 1.600 / 1.824 vs
-# 1.756 / 2.080, dQ unchanged; d = 64 fwd (128, 128, 4, 3) 0.460 / 0.559 vs 0.461 / 0.585, dK/dV
-# (64, 64, 4, 3) 1.562 / 1.751 vs 1.593 / 1.916, dQ (64, 64, 4, 3) 1.309 / 1.466 vs 1.576 / 1.762.
-# Re-measured at d = 32 against FlexAttention in the same call (results/kernels/sparse_tuned_d32_h200.*):
-# block-sparse backward 10-14 % faster, forward within -3 / +4 %. 16 reuses 32's.
-# Session 8 (git 02c7913, `--passes fwd`, local and BigBird): 64-row query tiles beat 128-row ones at
-# d = 32 for the then unpipelined loops (results/kernels/sparse_grid/tune_sparse_*_fwd_d*.json).
-# Session 9, after the block-sparse loops began carrying their list index one step ahead
-# (kernels.triton_attention._fwd_tiles; their copies now pipeline like the dense loops'): all three
-# passes re-tuned on the H200 on the local and BigBird layouts (git dc8f0fa, `python -m kernels.tuning
-# --sparse local|bigbird --block-size 128 --head-dims D --seq-lens 4096,16384`, 4-stage candidates
-# added), the winners picked by the geometric mean over both layouts and both lengths (`--combine`;
-# results/kernels/sparse_grid/s9_call1_dc8f0fa/tune_sparse_*.json). Geometric means, ms:
-# d = 32: fwd (128, 64, 4, 3) 0.385 vs (64, 64, 4, 3) 0.386, (64, 128, 4, 3) [session 8's] 0.418;
-#         dK/dV (64, 128, 4, 3) 0.961 vs (64, 128, 4, 4) 0.970; dQ (128, 32, 4, 3) 0.923 vs (64, 64, 4, 3) 0.969
-# d = 64: fwd (64, 64, 4, 3) 0.279 vs (128, 128, 4, 3) [session 7's] 0.294; dK/dV (32, 64, 4, 3) 0.793
-#         vs (64, 64, 4, 3) 0.799; dQ (128, 64, 4, 3) 0.783 vs (64, 64, 4, 3) 0.792.
-# The 4-stage twins never won. The grid with exactly these tiles: results/kernels/sparse_grid_h200.*.
-# 16 reuses 32's.
+# 16-bit block-sparse calls without dropout, replacing _GPU_16BIT's entries before the clamp to the
+# block size: the geometric mean over the local and BigBird layouts at N = 4K and 16K
+# (results/kernels/sparse_grid/s9_call1_dc8f0fa/tune_sparse_combined_d*.json).
 _GPU_16BIT_SPARSE: dict[int, Tiles] = {
     16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(128, 32, 4, 3)),
     32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(128, 32, 4, 3)),
@@ -187,29 +134,17 @@ _GPU_16BIT_SPARSE: dict[int, Tiles] = {
 }
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
 
-TILES_ENV = "LRA_KERNEL_TILES"
-
 _override: list[Tiles] = []
-# bumped whenever what select() returns may change (overrides, table entries): callers that cache a
-# call's tiles (kernels.packed_fast_path) key on it
-GENERATION = 0
-
-
-def _changed() -> None:
-    global GENERATION
-    GENERATION += 1
 
 
 @contextlib.contextmanager
 def override(tiles: Tiles) -> Iterator[None]:
-    """Force ``tiles`` for every call made inside the block (tests and tuning scripts)."""
+    """Force ``tiles`` for every call made inside the block (tests and the tuner)."""
     _override.append(tiles)
-    _changed()
     try:
         yield
     finally:
         _override.pop()
-        _changed()
 
 
 def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dropout: bool = False,
@@ -217,7 +152,6 @@ def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dro
     """Replace one entry of the GPU table (16-bit inputs with dropout: ``dropout=True``; with
     ``fused_dkdv`` also the dK/dV tiles of the one-pass dropout backward; 16-bit block-sparse calls
     without dropout: ``sparse=True``)."""
-    _changed()
     if sparse:
         _GPU_16BIT_SPARSE[int(head_dim_padded)] = tiles
         return
@@ -229,15 +163,25 @@ def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dro
         (_GPU_16BIT_DROPOUT if dropout else _GPU_16BIT)[int(head_dim_padded)] = tiles
 
 
-def load_tuning(path: str) -> list[str]:
-    """Put the best tiles of a ``python -m kernels.tuning --out`` JSON into the GPU tables.
+def _pass_tiles(values, path: str) -> PassTiles:
+    """A tuning JSON's (BLOCK_M, BLOCK_N, num_warps, num_stages) entry; files from the tuner's former
+    load-mode option carry a fifth int, accepted when it is 0 (pointer loads, the only kind)."""
+    values = [int(x) for x in values]
+    if len(values) == 5 and values[4] == 0:
+        values = values[:4]
+    if len(values) != 4:
+        raise ValueError(f"{path}: tile entry {values} is not (BLOCK_M, BLOCK_N, num_warps, num_stages)")
+    return PassTiles(*values)
 
-    A file tuned with ``--dropout`` fills the dropout table; tuned under ``LRA_DROPOUT_BWD=fused``
-    (its entries' ``dropout_bwd``), its dK/dV tiles go to the one-pass backward's own table instead.
+
+def load_tuning(path: str) -> list[str]:
+    """Put the best tiles of a ``python -m kernels.tuning --out`` JSON into the GPU tables (process-wide,
+    for every later call).
+
+    A file tuned with ``--dropout`` fills the dropout table; tuned for the one-pass dropout backward
+    (its entries' ``dropout_bwd`` is "fused"), its dK/dV tiles go to that backward's own table instead.
     A file tuned with ``--sparse`` (its entries' ``sparse``) fills the block-sparse table. Passes the
     file did not tune keep the table's entry. Returns one line per head dim, saying what changed."""
-    import json
-
     with open(path) as f:
         tuned = json.load(f)
     try:
@@ -247,30 +191,22 @@ def load_tuning(path: str) -> list[str]:
     lines = []
     for d_pad, entry in results.items():
         d_pad = int(d_pad)
-        best = entry.get("best", {})
+        best = {k: _pass_tiles(v, path) for k, v in entry.get("best", {}).items()}
         dropout = float(entry.get("dropout", 0.0)) > 0.0
         sparse = bool(entry.get("sparse"))
         if sparse and dropout:
             raise ValueError(f"{path}: head dim {d_pad} was tuned block-sparse with dropout, which has no table")
         base = (_GPU_16BIT_DROPOUT if dropout else _GPU_16BIT_SPARSE if sparse else {}).get(d_pad, _GPU_16BIT[d_pad])
         fused = dropout and entry.get("dropout_bwd") == "fused"
-        fused_dkdv = PassTiles(*best["dkdv"]) if fused and "dkdv" in best else None
-        tiles = Tiles(*(PassTiles(*best[k]) if k in best and not (fused and k == "dkdv") else getattr(base, k)
+        fused_dkdv = best["dkdv"] if fused and "dkdv" in best else None
+        tiles = Tiles(*(best[k] if k in best and not (fused and k == "dkdv") else getattr(base, k)
                         for k in ("fwd", "dkdv", "dq")))
         set_gpu_table(d_pad, tiles, dropout=dropout, fused_dkdv=fused_dkdv, sparse=sparse)
-        what = f"{tiles.as_list()}" + (f", one-pass dK/dV {list(dataclasses.astuple(fused_dkdv))}" if fused_dkdv else "")
+        what = str(tiles.as_list())
+        if fused_dkdv is not None:
+            what += f", one-pass dK/dV {list(dataclasses.astuple(fused_dkdv))}"
         kind = " dropout" if dropout else " block-sparse" if sparse else ""
         lines.append(f"d={d_pad}{kind}: {what} (from {path})")
-    return lines
-
-
-def load_tuning_from_env() -> list[str]:
-    """Apply every tuning JSON listed (comma-separated) in $LRA_KERNEL_TILES."""
-    import os
-
-    lines = []
-    for path in filter(None, os.environ.get(TILES_ENV, "").split(",")):
-        lines += load_tuning(path)
     return lines
 
 
@@ -278,7 +214,7 @@ def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: 
            dropout: bool = False, fused_bwd: bool = False) -> Tiles:
     """Tiles for inputs of ``dtype`` with ``head_dim`` on ``device`` (block-sparse: ``block_size``;
     ``dropout``: the call applies attention dropout; ``fused_bwd``: its backward is the one-pass
-    form, ``kernels.ops.fused_dropout_backward``)."""
+    form, ``kernels.dropout.fused_backward``)."""
     if _override:
         tiles = _override[-1]
     elif device.type == "cuda":
@@ -298,6 +234,3 @@ def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: 
     if block_size is not None:
         tiles = tiles.clamped(block_size)
     return tiles
-
-
-load_tuning_from_env()

@@ -24,11 +24,11 @@ natural-log log-sum-exp (float32, ``-inf`` for a row that sees no key). The back
 ``P = exp2(S * scale * log2(e) - LSE * log2(e))`` from it (the preprocess kernel stores
 ``LSE * log2(e)`` with ``-inf`` turned into ``+inf``, so such rows get ``P = 0``), and computes
 dK/dV in one pass over key tiles and dQ in another pass over query tiles: every output element is
-written by exactly one program, so the backward is deterministic and uses no atomics. Opt-in
-(``FUSED_DQ``, chosen by ``$LRA_DROPOUT_BWD=fused`` for calls with dropout, see :mod:`kernels.ops`),
-the dK/dV pass also computes dQ, adding each (query tile, key tile) share into a float32 buffer
-with atomics, and the dQ pass is skipped: one pass, and one dropout-mask generation instead of two,
-at the price of a dQ whose last bits vary from run to run.
+written by exactly one program, so the backward is deterministic and uses no atomics. With
+``FUSED_DQ`` (the default for calls with dropout, see :func:`kernels.dropout.fused_backward`) the
+dK/dV pass also computes dQ, adding each (query tile, key tile) share into a float32 buffer with
+atomics, and the dQ pass is skipped: one pass, and one dropout-mask generation instead of two, at
+the price of a dQ whose last bits vary from run to run.
 
 Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-7 keyed by a 64-bit seed, with
 the counter ``(key index // 16, query index, batch * heads + head, 0)``; its 128 output bits are
@@ -38,12 +38,7 @@ regenerate exactly the forward's mask and no counter wraps even when N_q * N_k >
 counter word stays below 2**32 for any N < 2**32).
 
 No ``tl.make_block_ptr``: all addressing is pointer arithmetic with the caller's strides, so
-non-contiguous views (e.g. slices of a fused QKV projection) are read in place. Opt-in (a tile
-option, see :mod:`kernels.tiles`), the operands streamed by an inner loop (K/V in the forward and
-dQ pass, Q/dO in the dK/dV pass) come through Hopper TMA tensor descriptors instead
-(``USE_TMA``), optionally with a warp-specialised loop (``WARP_SPEC``); the descriptors are 4-D
-over (B, H, N, d) with the caller's strides, so views are read in place there too, and the
-launcher falls back to pointers wherever TMA's alignment rules are not met.
+non-contiguous views (e.g. slices of a fused QKV projection) are read in place.
 """
 from __future__ import annotations
 
@@ -57,29 +52,9 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)   (Python float
 LOG2E_C = tl.constexpr(1.4426950408889634)
 LN2_C = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2
 
-# Philox rounds of the dropout random numbers: 7 by default, the fewest that pass BigCrush in
-# Salmon et al. 2011 (Table 2) and what flash-attn's CUDA Philox runs; measured on the H200 (d = 32,
-# dropout 0.1; results/kernels/dropout/) forward+backward is 5 % faster than with the 10 rounds
-# Salmon et al. recommend as a safety margin. $LRA_DROPOUT_RNG=rounds=10 restores those (the mask
-# stream of the kernels before 7 became the default), read once at import: compiled kernels bake
-# the constexpr global in. Masks are reproducible only under the same setting.
-RNG_ENV = "LRA_DROPOUT_RNG"
-
-
-def _parse_rng(text: str | None) -> int:
-    """Philox rounds from a $LRA_DROPOUT_RNG value ("rounds=7" or "rounds=10"; empty: 7)."""
-    rounds = 7
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        key, _, value = part.partition("=")
-        if key == "rounds" and value in ("7", "10"):
-            rounds = int(value)
-        else:
-            raise ValueError(f"${RNG_ENV}={text!r}: expected 'rounds=7' or 'rounds=10', got {part!r}")
-    return rounds
-
-
-PHILOX_ROUNDS_SETTING = _parse_rng(os.environ.get(RNG_ENV))  # plain int, for reports
-PHILOX_ROUNDS = tl.constexpr(PHILOX_ROUNDS_SETTING)
+# Philox rounds of the dropout random numbers: 7, the fewest that pass BigCrush in Salmon et al. 2011
+# (Table 2) and what flash-attn's CUDA Philox runs (results/kernels/dropout/: 5 % faster than 10 rounds).
+PHILOX_ROUNDS = tl.constexpr(7)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,26 +107,12 @@ def _atomic_add_tile(ptrs, x, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.const
 
 
 @triton.jit
-def _load_rows_tma(desc, b, h, start, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
-    """(ROWS, BLOCK_D) tile of rows [start, start + ROWS) of head (b, h) through a 4-D TMA tensor
-    descriptor over (B, H, N, d): the copy engine zero-fills rows >= N and columns >= d, the same
-    values as :func:`_load_tile`'s masks (keys >= N_k are still masked out of the scores)."""
-    return desc.load([b, h, start, 0]).reshape(ROWS, BLOCK_D)
-
-
-@triton.jit
-def _load_resident(DESC, PTR, b32, h32, b64, h64, stride_b, stride_h, stride_r, stride_d, start, offs_r, n_rows,
-                   offs_d, head_dim, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_R: tl.constexpr,
-                   EVEN_D: tl.constexpr, USE_TMA: tl.constexpr):
-    """The (ROWS, BLOCK_D) tile a program keeps for its whole loop (rows ``offs_r`` = start + [0,
-    ROWS) of head (b, h)): through the TMA descriptor ``DESC`` or from the pointer ``PTR`` with its
-    (batch, head, row, column) strides; both read rows >= n_rows and columns >= head_dim as zero."""
-    if USE_TMA:
-        tile = _load_rows_tma(DESC, b32, h32, start, ROWS, BLOCK_D)
-    else:
-        ptrs = PTR + b64 * stride_b + h64 * stride_h + offs_r[:, None] * stride_r + offs_d[None, :] * stride_d
-        tile = _load_tile(ptrs, offs_r, n_rows, offs_d, head_dim, EVEN_R, EVEN_D)
-    return tile
+def _load_resident(PTR, b64, h64, stride_b, stride_h, stride_r, stride_d, offs_r, n_rows, offs_d, head_dim,
+                   EVEN_R: tl.constexpr, EVEN_D: tl.constexpr):
+    """The (rows, BLOCK_D) tile a program keeps for its whole loop: rows ``offs_r`` of head (b, h) of
+    ``PTR`` with its (batch, head, row, column) strides; rows >= n_rows and columns >= head_dim read as 0."""
+    ptrs = PTR + b64 * stride_b + h64 * stride_h + offs_r[:, None] * stride_r + offs_d[None, :] * stride_d
+    return _load_tile(ptrs, offs_r, n_rows, offs_d, head_dim, EVEN_R, EVEN_D)
 
 
 @triton.jit
@@ -159,7 +120,7 @@ def dropout_keep(seed, bh, rows, start_n, threshold, BLOCK_M: tl.constexpr, BLOC
     """Dropout keep-mask (bool, (BLOCK_M, BLOCK_N)) of query rows ``rows`` x keys
     ``start_n + [0, BLOCK_N)`` of (batch * heads + head) ``bh``; ``start_n`` is a multiple of 16.
 
-    Philox-4x32 (Salmon et al., 2011; ``PHILOX_ROUNDS`` rounds, 7 by default) keyed by the 64-bit
+    Philox-4x32 (Salmon et al., 2011; ``PHILOX_ROUNDS`` = 7 rounds) keyed by the 64-bit
     ``seed``, one call per query row and group of 16 consecutive keys: counter ``(j // 16, i, bh,
     0)``; its four 32-bit output words are sixteen bytes, and key ``j`` takes byte ``j % 4`` (0 =
     lowest) of word ``(j % 16) // 4``. A key is kept iff its byte is ``>= threshold``
@@ -217,7 +178,7 @@ def _program_slot(H, n_rows, REVERSE: tl.constexpr, SPARSE: tl.constexpr):
     torch.compile's mutation analysis of a user Triton kernel (``torch.library.wrap_triton``) takes a
     pointer passed into a ``@triton.jit`` call whose result feeds a store address for one the kernel
     writes, so a ``CNT`` argument here made Inductor copy the counts' tensor (in the dense form: q's
-    placeholder, i.e. all of QKV) before every launch and back after it (issue #8, session 16).
+    placeholder, i.e. all of QKV) before every launch and back after it.
 
     Dense (grid ``(n_rows, B * H)``): the row is ``program_id(0)``, reversed if ``REVERSE`` (causal
     query tiles: the last see the most keys), and ``program_id(1)`` the (batch, head).
@@ -264,36 +225,30 @@ def _first_entry(idx_base, lo, hi, SPARSE: tl.constexpr):
 # forward
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_desc, v_desc, b32, h32,
-               pad_ptrs0, stride_pn, idx_base, lo, hi,
+def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn, idx_base, lo, hi,
                offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_N: tl.constexpr,
                EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-               HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-               USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+               HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
     """Online-softmax accumulation over key tiles [lo, hi) (positions, or list entries if SPARSE).
-    k_ptrs0/v_ptrs0/pad_ptrs0 address the key tile starting at key 0; tiles are reached by offsets
-    (``USE_TMA``: K and V come through the descriptors k_desc/v_desc of head (b32, h32) instead).
+    k_ptrs0/v_ptrs0/pad_ptrs0 address the key tile starting at key 0; tiles are reached by offsets.
 
     Block-sparse: the list entry of the next step is loaded one step ahead and carried (``nxt``).
     Loaded in the step that uses it, the index makes the K/V copies an indirect load, which Triton
     3.6's software pipeliner schedules without overlap below 5 stages (every copy waited for in the
-    step that issued it: ``async_wait {num = 0}`` in the Triton-GPU IR at 2-4 stages, offline for
-    sm_90, session 8); carried, the copies pipeline exactly as in the dense loop (the same wait
+    step that issued it: ``async_wait {num = 0}`` in the Triton-GPU IR at 2-4 stages for sm_90);
+    carried, the copies pipeline exactly as in the dense loop (the same wait
     counts at every stage count: ``tests/kernels/test_sparse_pipelining.py``). The same in the dK/dV
     and dQ loops."""
     nxt = _first_entry(idx_base, lo, hi, SPARSE)
-    for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
+    for it in tl.range(lo, hi):
         if SPARSE:
             start_n = nxt * BLOCK_N
             nxt = tl.load(idx_base + tl.minimum(it + 1, hi - 1))
         else:
             start_n = it * BLOCK_N
         cols = start_n + offs_n
-        if USE_TMA:
-            k = _load_rows_tma(k_desc, b32, h32, start_n, BLOCK_N, BLOCK_D)
-        else:
-            k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
             k = k.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
@@ -321,10 +276,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_desc,
         if HAS_DROPOUT:
             keep = dropout_keep(seed, bh, offs_m, start_n, drop_threshold, BLOCK_M, BLOCK_N)
             p = tl.where(keep, p, 0.0)
-        if USE_TMA:
-            v = _load_rows_tma(v_desc, b32, h32, start_n, BLOCK_N, BLOCK_D)
-        else:
-            v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
             v = v.to(tl.float32)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
@@ -334,7 +286,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_desc,
 
 @triton.jit
 def flash_fwd_kernel(
-    Q, K, V, O, LSE, PAD, SEED, IDX, CNT, Q_DESC, K_DESC, V_DESC,
+    Q, K, V, O, LSE, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -346,11 +298,8 @@ def flash_fwd_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-    USE_TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False,
 ):
-    """``USE_TMA``: Q_DESC/K_DESC/V_DESC are 4-D TMA descriptors of Q/K/V with (1, 1, BLOCK_M or
-    BLOCK_N, BLOCK_D) blocks that load the Q tile and the loop's K/V tiles (otherwise unused; the
-    pointers serve); ``WARP_SPEC``: warp-specialise the unmasked loop."""
+    """Forward: one program per (query tile, batch * head); out and the natural-log LSE."""
     # float scalars: float32 whatever the caller typed them as (Inductor types a Python float as
     # fp64 when it launches the kernel itself under the triton_op form, which would make the
     # softmax statistics and the accumulator float64)
@@ -369,8 +318,8 @@ def flash_fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
 
-    q = _load_resident(Q_DESC, Q, b, h, b64, h64, stride_qb, stride_qh, stride_qm, stride_qd, start_m, offs_m, N_Q,
-                       offs_d, HEAD_DIM, BLOCK_M, BLOCK_D, EVEN_M, EVEN_D, USE_TMA)
+    q = _load_resident(Q, b64, h64, stride_qb, stride_qh, stride_qm, stride_qd, offs_m, N_Q, offs_d, HEAD_DIM,
+                       EVEN_M, EVEN_D)
     if UPCAST:
         q = q.to(tl.float32)
     k_ptrs0 = K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
@@ -394,16 +343,16 @@ def flash_fwd_kernel(
         idx_base = IDX
         full_hi, end = _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
     acc, l_i, m_i = _fwd_tiles(
-        acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, K_DESC, V_DESC, b, h, pad_ptrs0, stride_pn,
+        acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
         idx_base, 0, full_hi, offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh,
         drop_threshold, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE,
-        DOT_PREC, UPCAST, USE_TMA, WARP_SPEC)
+        DOT_PREC, UPCAST)
     if IS_CAUSAL or not EVEN_N or SPARSE:
         acc, l_i, m_i = _fwd_tiles(
-            acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, K_DESC, V_DESC, b, h, pad_ptrs0, stride_pn,
+            acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
             idx_base, full_hi, end, offs_m, offs_n, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, pid_bh,
             drop_threshold, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE,
-            DOT_PREC, UPCAST, USE_TMA, False)
+            DOT_PREC, UPCAST)
 
     # epilogue: rows that saw no key (l == 0) give 0 and LSE = -inf
     seen = l_i > 0.0
@@ -463,16 +412,14 @@ def flash_bwd_preprocess_kernel(
 # backward: dK, dV (one program per key tile, loop over query tiles)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, q_desc, do_desc, b32, h32, lse2_base,
+def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base,
                 delta_base, idx_base, lo, hi,
                 start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
                 drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, USE_TMA: tl.constexpr,
-                WARP_SPEC: tl.constexpr, dq_ptrs0, key_ok, sm_scale, FUSED_DQ: tl.constexpr,
-                MASK_KEYS: tl.constexpr):
-    """dK/dV accumulation of one key tile over query tiles [lo, hi) (positions, or list entries);
-    ``USE_TMA``: Q and dO tiles come through the descriptors q_desc/do_desc of head (b32, h32).
+                SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, dq_ptrs0, key_ok, sm_scale,
+                FUSED_DQ: tl.constexpr, MASK_KEYS: tl.constexpr):
+    """dK/dV accumulation of one key tile over query tiles [lo, hi) (positions, or list entries).
 
     ``FUSED_DQ``: also add each query tile's dQ share ``dS @ K * sm_scale`` into the float32
     accumulator at ``dq_ptrs0`` (rows ``offs_m0`` of the head, row stride HEAD_DIM) with atomics;
@@ -481,19 +428,15 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, q_desc, 
     their dQ share must be dropped). Block-sparse: the next list entry is carried one step ahead, as
     in :func:`_fwd_tiles`."""
     nxt = _first_entry(idx_base, lo, hi, SPARSE)
-    for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
+    for it in tl.range(lo, hi):
         if SPARSE:
             start_m = nxt * BLOCK_M
             nxt = tl.load(idx_base + tl.minimum(it + 1, hi - 1))
         else:
             start_m = it * BLOCK_M
         rows = start_m + offs_m0
-        if USE_TMA:
-            q = _load_rows_tma(q_desc, b32, h32, start_m, BLOCK_M, BLOCK_D)
-            do = _load_rows_tma(do_desc, b32, h32, start_m, BLOCK_M, BLOCK_D)
-        else:
-            q = _load_tile(q_ptrs0 + start_m * stride_qm, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
-            do = _load_tile(do_ptrs0 + start_m * stride_dom, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+        q = _load_tile(q_ptrs0 + start_m * stride_qm, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+        do = _load_tile(do_ptrs0 + start_m * stride_dom, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
         if UPCAST:
             q = q.to(tl.float32)
             do = do.to(tl.float32)
@@ -530,7 +473,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, q_desc, 
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, PAD, SEED, IDX, CNT, Q_DESC, K_DESC, V_DESC, DO_DESC,
+    Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -544,13 +487,11 @@ def flash_bwd_dkdv_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-    USE_TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False, FUSED_DQ: tl.constexpr = False,
+    FUSED_DQ: tl.constexpr,
 ):
-    """``USE_TMA``: Q_DESC/K_DESC/V_DESC/DO_DESC are 4-D TMA descriptors of Q/K/V/dO with (1, 1,
-    BLOCK_M (Q, dO) or BLOCK_N (K, V), BLOCK_D) blocks that load the K/V tiles and the loop's Q/dO
-    tiles; ``WARP_SPEC``: warp-specialise the unmasked loop.
+    """dK and dV: one program per (key tile, batch * head), looping over query tiles.
 
-    ``FUSED_DQ`` (the opt-in one-pass backward, ``$LRA_DROPOUT_BWD=fused``): the loop also computes
+    ``FUSED_DQ`` (the one-pass backward, the default under dropout): the loop also computes
     dQ, adding every (query tile, key tile) share into ``DQ_ACC``, a zero-initialised contiguous
     float32 (B, H, N_Q, HEAD_DIM) buffer, with ``tl.atomic_add`` (the dQ kernel is then not
     launched); otherwise ``DQ_ACC`` is unused. The order of those float32 additions varies from run
@@ -564,19 +505,17 @@ def flash_bwd_dkdv_kernel(
     pid_n = slot
     if SPARSE:  # the slot's tile row, loaded here (see _program_slot)
         pid_n = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + slot * stride_ct + 2)
-    b32 = pid_bh // H
-    h32 = pid_bh % H
-    b64 = b32.to(tl.int64)
-    h64 = h32.to(tl.int64)
+    b64 = (pid_bh // H).to(tl.int64)
+    h64 = (pid_bh % H).to(tl.int64)
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
 
-    k = _load_resident(K_DESC, K, b32, h32, b64, h64, stride_kb, stride_kh, stride_kn, stride_kd, start_n, offs_n, N_K,
-                       offs_d, HEAD_DIM, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, USE_TMA)
-    v = _load_resident(V_DESC, V, b32, h32, b64, h64, stride_vb, stride_vh, stride_vn, stride_vd, start_n, offs_n, N_K,
-                       offs_d, HEAD_DIM, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, USE_TMA)
+    k = _load_resident(K, b64, h64, stride_kb, stride_kh, stride_kn, stride_kd, offs_n, N_K, offs_d, HEAD_DIM,
+                       EVEN_N, EVEN_D)
+    v = _load_resident(V, b64, h64, stride_vb, stride_vh, stride_vn, stride_vd, offs_n, N_K, offs_d, HEAD_DIM,
+                       EVEN_N, EVEN_D)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -621,18 +560,18 @@ def flash_bwd_dkdv_kernel(
             part_lo = 0
             part_hi = 0
         full_hi = n_m_tiles
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, Q_DESC, DO_DESC, b32, h32,
-                         lse2_base, delta_base, idx_base, full_lo, full_hi, start_n, offs_n, offs_m0, offs_d, N_Q,
-                         HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base,
+                         full_lo, full_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale,
+                         seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                          BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, False, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
-                         USE_TMA, WARP_SPEC, dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
+                         dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
                          FUSED_DQ and (HAS_PAD or not EVEN_N))
     if IS_CAUSAL or SPARSE:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, Q_DESC, DO_DESC, b32, h32,
-                             lse2_base, delta_base, idx_base, part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q,
-                             HEAD_DIM, causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base,
+                             idx_base, part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM,
+                             causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                              BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
-                             USE_TMA, False, dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
+                             dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
                              FUSED_DQ and (HAS_PAD or not EVEN_N))
     dk = dk * sm_scale
     if HAS_PAD:
@@ -650,30 +589,24 @@ def flash_bwd_dkdv_kernel(
 # backward: dQ (one program per query tile, loop over key tiles)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_desc, v_desc, b32, h32, pad_ptrs0,
+def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0,
               stride_pn, idx_base, lo, hi,
               offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold, drop_scale,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-              HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-              USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
-    """dQ accumulation of one query tile over key tiles [lo, hi) (positions, or list entries);
-    ``USE_TMA``: K and V tiles come through the descriptors k_desc/v_desc of head (b32, h32).
+              HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """dQ accumulation of one query tile over key tiles [lo, hi) (positions, or list entries).
     Block-sparse: the next list entry is carried one step ahead, as in :func:`_fwd_tiles`."""
     nxt = _first_entry(idx_base, lo, hi, SPARSE)
-    for it in tl.range(lo, hi, warp_specialize=WARP_SPEC):
+    for it in tl.range(lo, hi):
         if SPARSE:
             start_n = nxt * BLOCK_N
             nxt = tl.load(idx_base + tl.minimum(it + 1, hi - 1))
         else:
             start_n = it * BLOCK_N
         cols = start_n + offs_n0
-        if USE_TMA:
-            k = _load_rows_tma(k_desc, b32, h32, start_n, BLOCK_N, BLOCK_D)
-            v = _load_rows_tma(v_desc, b32, h32, start_n, BLOCK_N, BLOCK_D)
-        else:
-            k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
-            v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        k = _load_tile(k_ptrs0 + start_n * stride_kn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
+        v = _load_tile(v_ptrs0 + start_n * stride_vn, cols, N_K, offs_d, HEAD_DIM, EVEN_N or not MASKED, EVEN_D)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -701,7 +634,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, k_
 
 @triton.jit
 def flash_bwd_dq_kernel(
-    Q, K, V, DO, DQ, LSE2, DELTA, PAD, SEED, IDX, CNT, Q_DESC, K_DESC, V_DESC, DO_DESC,
+    Q, K, V, DO, DQ, LSE2, DELTA, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -714,11 +647,8 @@ def flash_bwd_dq_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-    USE_TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False,
 ):
-    """``USE_TMA``: Q_DESC/K_DESC/V_DESC/DO_DESC are 4-D TMA descriptors of Q/K/V/dO with (1, 1,
-    BLOCK_M (Q, dO) or BLOCK_N (K, V), BLOCK_D) blocks that load the Q/dO tiles and the loop's K/V
-    tiles; ``WARP_SPEC``: warp-specialise the unmasked loop."""
+    """dQ: one program per (query tile, batch * head), looping over key tiles."""
     # float scalars: float32 (see flash_fwd_kernel)
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -727,19 +657,17 @@ def flash_bwd_dq_kernel(
     pid_m = slot
     if SPARSE:  # the slot's tile row, loaded here (see _program_slot)
         pid_m = tl.load(CNT + (pid_bh % H).to(tl.int64) * stride_ch + slot * stride_ct + 2)
-    b32 = pid_bh // H
-    h32 = pid_bh % H
-    b64 = b32.to(tl.int64)
-    h64 = h32.to(tl.int64)
+    b64 = (pid_bh // H).to(tl.int64)
+    h64 = (pid_bh % H).to(tl.int64)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
 
-    q = _load_resident(Q_DESC, Q, b32, h32, b64, h64, stride_qb, stride_qh, stride_qm, stride_qd, start_m, offs_m, N_Q,
-                       offs_d, HEAD_DIM, BLOCK_M, BLOCK_D, EVEN_M, EVEN_D, USE_TMA)
-    do = _load_resident(DO_DESC, DO, b32, h32, b64, h64, stride_dob, stride_doh, stride_dom, stride_dod, start_m, offs_m,
-                        N_Q, offs_d, HEAD_DIM, BLOCK_M, BLOCK_D, EVEN_M, EVEN_D, USE_TMA)
+    q = _load_resident(Q, b64, h64, stride_qb, stride_qh, stride_qm, stride_qd, offs_m, N_Q, offs_d, HEAD_DIM,
+                       EVEN_M, EVEN_D)
+    do = _load_resident(DO, b64, h64, stride_dob, stride_doh, stride_dom, stride_dod, offs_m, N_Q, offs_d, HEAD_DIM,
+                        EVEN_M, EVEN_D)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     if EVEN_M:
         lse2 = tl.load(LSE2 + row)
@@ -766,16 +694,15 @@ def flash_bwd_dq_kernel(
     else:
         idx_base = IDX
         full_hi, end = _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, K_DESC, V_DESC, b32, h32,
-                   pad_ptrs0, stride_pn, idx_base, 0, full_hi, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset,
-                   qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D,
-                   False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST, USE_TMA, WARP_SPEC)
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
+                   idx_base, 0, full_hi, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed,
+                   pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D,
+                   False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
     if IS_CAUSAL or not EVEN_N or SPARSE:
-        dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, K_DESC, V_DESC, b32, h32,
-                       pad_ptrs0, stride_pn, idx_base, full_hi, end, offs_m, offs_n0, offs_d, N_K, HEAD_DIM,
-                       causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D,
-                       EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST, USE_TMA,
-                       False)
+        dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
+                       idx_base, full_hi, end, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed,
+                       pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, True, IS_CAUSAL,
+                       HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
     dq = dq * sm_scale
     _store_tile(DQ + b64 * stride_dqb + h64 * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
                 dq.to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)

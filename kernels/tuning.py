@@ -14,19 +14,18 @@ for orientation.
 block size, and writes entries that ``kernels.tiles.load_tuning`` puts into the block-sparse table
 (16-bit, no dropout); the SDPA anchors are skipped there. ``--combine A.json B.json --out C.json``
 merges runs on several layouts into one file whose winners minimise the geometric mean over all of
-them (``$LRA_KERNEL_TILES=C.json`` then puts them in the table of any later process). The JSON is
-rewritten after every timing, so a run cut short keeps what it measured.
+them (``lra bench kernels --tiles C.json``, or ``kernels.tiles.load_tuning``, puts them in the
+tables). The JSON is rewritten after every timing, so a run cut short keeps what it measured.
 
-``--loads tma`` times the Hopper TMA variants (``kernels.tiles.LOADS_*``) instead of the pointer
-lists, led by the table's entry and the same tiles with TMA loads, so the JSON holds pointer vs
-TMA vs TMA + warp specialisation on the same inputs; ``tma_applies`` in each entry records
-whether the inputs took the TMA path at all (it needs an sm_90 GPU, 16-bit inputs and aligned
-strides, else the launcher falls back to pointer loads and the variants time the same code).
+With ``--dropout`` the backward is the one-pass form (``kernels.dropout.fused_backward``), whose
+dK/dV tiles have a table of their own; ``--split-backward`` tunes the two-pass form instead (it runs
+under ``torch.use_deterministic_algorithms(True)``).
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import math
 import os
@@ -36,6 +35,7 @@ import time
 import torch
 
 from . import block_sparse_flash_attention, flash_attention
+from .dropout import fused_backward
 from .layouts import BENCHMARK_LAYOUTS
 from .tiles import PassTiles, Tiles, override, padded_head_dim, select
 
@@ -44,57 +44,32 @@ from .tiles import PassTiles, Tiles, override, padded_head_dim, select
 # K/V tile between two warpgroups (half the K/V traffic per FLOP)
 FWD = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 4, 3), (128, 128, 8, 3), (256, 64, 8, 3), (256, 128, 8, 2)]
 DKDV = [(32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 4, 3), (64, 128, 8, 3), (64, 64, 4, 3),
-        # smaller / wider-warp tiles for the one-pass dropout backward ($LRA_DROPOUT_BWD=fused), whose
-        # dK/dV kernel also holds a dQ tile and spills with the split tiles at d = 64 (compile_check)
+        # smaller / wider-warp tiles for the one-pass dropout backward, whose dK/dV kernel also holds a
+        # dQ tile and spills with the split tiles at d = 64 (python -m kernels.compile_check --resources)
         (32, 64, 4, 3), (64, 64, 8, 3), (128, 64, 8, 3), (64, 128, 8, 2)]
 DQ = [(128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3)]
 FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 3)]
 DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)]
 # block-sparse forward only (--sparse): 64-row query tiles, more programs per SM for the short key
-# loops of very sparse rows (the local layout visits 3 key blocks per query tile; its forward ran at
-# ~55 % of the dense kernel's TFLOP/s with 128-row tiles, session 7)
+# loops of very sparse rows (the local layout visits 3 key blocks per query tile)
 FWD_SPARSE = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 128, 4, 2), (64, 64, 2, 3)]
-# every block-sparse pass: 4-stage twins of the shipped entries. Since the block-sparse loops carry
-# their list index one step ahead (kernels.triton_attention._fwd_tiles) their copies pipeline like the
-# dense loops', so a deeper pipeline may hide more of the latency of a gathered key block
+# every block-sparse pass: 4-stage twins of the shipped entries. The block-sparse loops carry their
+# list index one step ahead (kernels.triton_attention._fwd_tiles), so their copies pipeline like the
+# dense loops' and a deeper pipeline may hide more of the latency of a gathered key block
 SPARSE_DEEP = {"fwd": [(64, 128, 4, 4), (128, 128, 4, 4), (64, 64, 4, 4)],
                "dkdv": [(64, 128, 4, 4), (64, 64, 4, 4)],
                "dq": [(64, 64, 4, 4), (128, 64, 4, 4)]}
 DQ_128 = [(128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3)]
 
-# Hopper TMA candidates, (BLOCK_M, BLOCK_N, num_warps, num_stages, loads) with loads 1 = TMA
-# descriptors, 2 = TMA + warp specialisation (see kernels.tiles.LOADS_*; Triton specialises only
-# 4-warp forward and dK/dV loops, into a producer warpgroup and two 64-row consumer warpgroups).
-# `--loads tma` times them after the table's entry and its TMA twin (the anchors of the ratio).
-FWD_TMA = [(128, 64, 4, 3, 1), (128, 64, 4, 3, 2), (128, 128, 8, 3, 1), (128, 128, 4, 2, 2)]
-DKDV_TMA = [(32, 128, 4, 3, 2), (64, 128, 4, 3, 2), (64, 128, 8, 3, 1)]
-DQ_TMA = [(128, 64, 4, 3, 1), (64, 64, 4, 3, 1), (128, 32, 8, 3, 1)]
-FWD_128_TMA = [(128, 64, 4, 3, 1), (128, 64, 4, 2, 2), (128, 128, 8, 2, 1)]
-DKDV_128_TMA = [(64, 128, 4, 2, 2), (32, 128, 4, 3, 2), (64, 64, 4, 3, 1)]
-DQ_128_TMA = [(128, 64, 8, 2, 1), (64, 64, 4, 3, 1)]
-
-
-def candidates(kind: str, head_dim: int, loads: str, table_entry: PassTiles, sparse: bool = False) -> list[tuple]:
-    """Candidates of pass ``kind`` ("fwd", "dkdv", "dq") for ``head_dim``: the pointer lists
-    (``loads="ptr"``), the TMA lists led by the table's entry and its TMA twin (``"tma"``), or both
-    (``"all"``); ``sparse`` adds the block-sparse passes' own pointer candidates (64-row forward
-    tiles, 4-stage pipelines)."""
+def candidates(kind: str, head_dim: int, sparse: bool = False) -> list[tuple]:
+    """Candidates of pass ``kind`` ("fwd", "dkdv", "dq") for ``head_dim``; ``sparse`` adds the
+    block-sparse passes' own (64-row forward tiles, 4-stage pipelines)."""
     big = padded_head_dim(head_dim) == 128
-    ptr = {"fwd": FWD_128 if big else FWD, "dkdv": DKDV_128 if big else DKDV, "dq": DQ_128 if big else DQ}[kind]
+    out = list({"fwd": FWD_128 if big else FWD, "dkdv": DKDV_128 if big else DKDV, "dq": DQ_128 if big else DQ}[kind])
     if sparse:
-        ptr = list(ptr) + (FWD_SPARSE if kind == "fwd" else []) + SPARSE_DEEP[kind]
-    tma = {"fwd": FWD_128_TMA if big else FWD_TMA, "dkdv": DKDV_128_TMA if big else DKDV_TMA,
-           "dq": DQ_128_TMA if big else DQ_TMA}[kind]
-    t = table_entry
-    anchors = [(t.block_m, t.block_n, t.num_warps, t.num_stages, 0), (t.block_m, t.block_n, t.num_warps, t.num_stages, 1)]
-    chosen = {"ptr": list(ptr), "tma": anchors + tma, "all": list(ptr) + anchors + tma}[loads]
-    out, seen = [], set()
-    for cand in chosen:  # 4-tuples are pointer loads; drop duplicates (an anchor may be in a list)
-        key = tuple(cand) + (0,) * (5 - len(cand))
-        if key not in seen:
-            seen.add(key)
-            out.append(tuple(cand))
+        out += (FWD_SPARSE if kind == "fwd" else []) + SPARSE_DEEP[kind]
     return out
+
 
 def _bench(fn, grads=None) -> float:
     import triton
@@ -157,14 +132,30 @@ def _sparse_attention(name: str, n: int, block_size: int, device):
     return attn
 
 
+@contextlib.contextmanager
+def _deterministic():
+    """torch's deterministic algorithms on (warnings only) inside the block: the two-pass dropout backward."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
 def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: float = 0.0,
-         loads: str = "ptr", passes=("fwd", "dkdv", "dq"), sparse: str | None = None,
-         block_size: int = 128) -> dict:
+         passes=("fwd", "dkdv", "dq"), sparse: str | None = None, block_size: int = 128,
+         split_backward: bool = False) -> dict:
+    """Time every candidate (see the module docstring); returns {padded head dim: entry}."""
+    with _deterministic() if split_backward else contextlib.nullcontext():
+        return _tune(head_dims, seq_lens, tokens, hidden, dtype, on_result, dropout_p, passes, sparse, block_size)
+
+
+def _tune(head_dims, seq_lens, tokens, hidden, dtype, on_result, dropout_p, passes, sparse, block_size) -> dict:
     results = {}
     for d in head_dims:
-        from . import ops
-
-        fused_bwd = ops.fused_dropout_backward(dropout_p)
+        fused_bwd = fused_backward(dropout_p)
         base = select(torch.device("cuda"), dtype, d, block_size if sparse else None, dropout=dropout_p > 0.0,
                       fused_bwd=fused_bwd)
         shapes = []
@@ -172,10 +163,9 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
             q, k, v = _inputs(n, d, tokens, hidden, dtype)
             shapes.append((q, k, v, _sparse_attention(sparse, n, block_size, q.device) if sparse else flash_attention))
 
-        entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p, "loads": loads,
+        entry = {"fwd": {}, "dkdv": {}, "dq": {}, "sdpa": {}, "dropout": dropout_p,
                  "dropout_bwd": ("fused" if fused_bwd else "split") if dropout_p > 0.0 else None,
-                 "sparse": {"layout": sparse, "block_size": block_size} if sparse else None,
-                 "tma_applies": ops.tma_applies(*shapes[0][:3])}
+                 "sparse": {"layout": sparse, "block_size": block_size} if sparse else None}
         for n, (q, k, v, _attn) in zip(seq_lens, shapes):
             if not sparse:  # the dense anchors say nothing about a block-sparse layout
                 entry["sdpa"][n] = _sdpa_times(q, k, v, dropout_p)
@@ -195,8 +185,8 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
             checkpoint()
             return _geo(ms)
 
-        def checkpoint():  # after every timing, so a run cut short (a device call's timeout) keeps what it measured
-            entry["best"] = {k: [v.block_m, v.block_n, v.num_warps, v.num_stages, v.loads] for k, v in best.items()}
+        def checkpoint():  # after every timing, so a run cut short keeps what it measured
+            entry["best"] = {k: [v.block_m, v.block_n, v.num_warps, v.num_stages] for k, v in best.items()}
             results[padded_head_dim(d)] = entry
             if on_result is not None:
                 on_result(results)
@@ -204,11 +194,11 @@ def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: 
         best = {}
         for kind in passes:
             scored, seen = [], set()
-            for cand in candidates(kind, d, loads, getattr(base, kind), sparse=bool(sparse)):
+            for cand in candidates(kind, d, sparse=bool(sparse)):
                 pt = PassTiles(*cand)
                 if sparse:  # tiles no larger than a block; clamping can make two candidates one
                     pt = pt.clamped(block_size)
-                    cand = (pt.block_m, pt.block_n, pt.num_warps, pt.num_stages, pt.loads)
+                    cand = (pt.block_m, pt.block_n, pt.num_warps, pt.num_stages)
                     if cand in seen:
                         continue
                     seen.add(cand)
@@ -287,9 +277,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--dropout", type=float, default=0.0,
                         help="tune the attention-dropout path with this p (its own table: kernels.tiles)")
-    parser.add_argument("--loads", choices=("ptr", "tma", "all"), default="ptr",
-                        help="candidates: pointer loads (default), Hopper TMA / TMA + warp specialisation (led by "
-                             "the table's entry and its TMA twin), or both")
+    parser.add_argument("--split-backward", action="store_true",
+                        help="with --dropout: tune the two-pass (deterministic) backward instead of the one-pass one")
     parser.add_argument("--passes", default="fwd,dkdv,dq",
                         help="passes to tune, comma-separated (the others keep the table's entry)")
     parser.add_argument("--sparse", default=None, choices=BENCHMARK_LAYOUTS,
@@ -313,6 +302,8 @@ def main(argv=None) -> int:
         for d, entry in combined["results"].items():
             print(f"{d}: {entry['best']} (geometric mean over {len(args.combine)} files)")
         return 0
+    if args.split_backward and args.dropout <= 0.0:
+        parser.error("--split-backward tunes the backward under dropout; give --dropout P")
     if args.sparse and args.dropout > 0.0:
         parser.error("--sparse tunes the block-sparse table, which has no dropout entries; leave out --dropout")
     if not torch.cuda.is_available():
@@ -320,13 +311,14 @@ def main(argv=None) -> int:
         return 2
     def save(results):  # after every head dim, so a run cut short keeps what it measured
         if args.out:
-            _write_json(args.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results})
+            _write_json(args.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                   "results": results})
 
     results = tune([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seq_lens.split(",")],
                    args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save, dropout_p=args.dropout,
-                   loads=args.loads, passes=[p for p in ("fwd", "dkdv", "dq") if p in args.passes.split(",")],
-                   sparse=args.sparse, block_size=args.block_size)
-    print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages, loads)")
+                   passes=[p for p in ("fwd", "dkdv", "dq") if p in args.passes.split(",")],
+                   sparse=args.sparse, block_size=args.block_size, split_backward=args.split_backward)
+    print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages)")
     for d, entry in results.items():
         print(f"{d}: {entry['best']}   sdpa: {json.dumps(entry['sdpa'])}")
     return 0

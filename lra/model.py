@@ -16,7 +16,6 @@ kernels), that projection itself as one (B, N, 3, H, d) tensor.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -67,20 +66,6 @@ def _registry_build(name: str, **options) -> nn.Module:
     return attention.build(name, **options)
 
 
-PACKED_QKV_ENV = "LRA_PACKED_QKV"
-
-
-def packed_qkv_enabled() -> bool:
-    """``$LRA_PACKED_QKV``: "1" (default, also unset or empty) lets cores with a packed form take the
-    fused projection whole; "0" gives them q/k/v views like every other core (for measuring what the
-    packed form saves). Read when a model is built."""
-    value = os.environ.get(PACKED_QKV_ENV, "").strip() or "1"
-    if value not in ("0", "1"):
-        raise ValueError(f"${PACKED_QKV_ENV}={value!r}: expected 1 (packed QKV for cores that take it, the default) "
-                         "or 0 (q/k/v views everywhere)")
-    return value == "1"
-
-
 class MultiHeadSelfAttention(nn.Module):
     """Fused QKV projection -> attention core on (B, H, N, d) views -> output projection."""
 
@@ -91,7 +76,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.core = core
         # cores with a packed form (our kernels) take the (B, N, 3, H, d) projection itself: in eager
         # mode that saves the views, the head merge's copy and autograd's stacking of dQ, dK, dV
-        self.packed = callable(getattr(core, "forward_packed", None)) and packed_qkv_enabled()
+        self.packed = callable(getattr(core, "forward_packed", None))
         self.out = nn.Linear(num_heads * head_dim, dim)
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from kernels import enable_inductor_static_launch
 from lra.config import RunConfig
 from lra.model import DataSpec, Encoder, build_model, count_parameters
 
@@ -96,6 +97,7 @@ class LraModule(pl.LightningModule):
         # nn.Module.compile compiles the call in place: parameter names (and checkpoints) stay as
         # they are, unlike a wrapping `torch.compile(model)`.
         if self.compile_model and not getattr(self.model, "_compiled_call_impl", None):
+            enable_inductor_static_launch()  # Inductor's static launcher for our Triton kernels too
             self.model.compile(mode=self.run_config.train.compile_mode)
 
     def forward(self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:

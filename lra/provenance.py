@@ -46,9 +46,9 @@ def device_name() -> str:
     return f"cpu ({platform.processor() or platform.machine()})"
 
 
-# environment settings that change what our kernels compute or how fast (read at import by kernels/)
-KERNEL_ENV = ("LRA_KERNEL_TILES", "LRA_KERNELS_COMPILE_OP", "LRA_DROPOUT_RNG", "LRA_DROPOUT_BWD", "LRA_LAYER_NORM",
-              "LRA_PACKED_QKV", "LRA_TRITON_LAUNCH")
+# environment settings that change how fast our kernels run (kernels/ itself reads none): torch's
+# static launch of user Triton kernels under torch.compile (kernels.enable_inductor_static_launch)
+KERNEL_ENV = ("TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS",)
 
 
 def kernel_env() -> dict:

@@ -133,7 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "<out>/<name>.csv/.md/.meta.json, keeping each part's provenance; needs no GPU")
     parser.add_argument("--tiles", default=None,
                         help="JSON files (comma-separated) from `python -m kernels.tuning --out` whose best tiles "
-                             "replace the GPU table (the same as setting $LRA_KERNEL_TILES)")
+                             "replace the GPU table")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,14 +560,12 @@ def run(args) -> int:
     meta["settings"] = {k: v for k, v in vars(args).items() if k != "func"}
     meta["settings"]["cuda"] = torch.version.cuda
     meta["settings"]["cudnn"] = torch.backends.cudnn.version()
-    meta.update(kernels.ops.kernel_settings())
+    meta.update(kernels.kernel_settings())
     if args.tiles:
         meta["tiles_from"] = args.tiles
         for path in args.tiles.split(","):
             for line in kernels.tiles.load_tuning(path):
                 print(line, flush=True)
-    if os.environ.get(kernels.tiles.TILES_ENV):
-        meta["tiles_env"] = os.environ[kernels.tiles.TILES_ENV]  # loaded when kernels.tiles was imported
     meta["tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d).as_list() for d in (16, 32, 64, 128)}
     layouts_wanted = [x for x in args.sparse_layouts if x != "none"]
     if layouts_wanted:  # the block-sparse table's entries, clamped to the block

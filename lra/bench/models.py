@@ -335,6 +335,9 @@ class Workload:
         if cell.compile:
             if reset_compiler:
                 torch._dynamo.reset()  # a fresh cache per cell: recompilation limits never silently fall back to eager
+            from kernels import enable_inductor_static_launch
+
+            enable_inductor_static_launch()  # as `lra train` compiles: our kernels launched statically
             forward = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
         # A few distinct random batches (never constant inputs), cycled through the steps.
         generator = torch.Generator(device="cpu").manual_seed(seed + 1)
@@ -661,7 +664,7 @@ def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
         head.append("- Kernel settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(meta["kernel_env"].items())) + ".")
     if meta.get("compile_op", "custom_op") != "custom_op":
         static = {True: ", launched by Inductor's static launcher", False: ", launched through Triton's launcher"}
-        head.append(f"- Our kernels under torch.compile: `{meta['compile_op']}` form ($LRA_KERNELS_COMPILE_OP)"
+        head.append(f"- Our kernels under torch.compile: `{meta['compile_op']}` form"
                     f"{static.get(meta.get('inductor_static_launch'), '')}.")
     if meta["settings"].get("options"):
         head.append("- Attention options: " + "; ".join(
@@ -696,7 +699,7 @@ def run(args) -> int:
                 bench_device=str(device))
     import kernels  # our kernels' attention-dropout settings in force (flash, flash_sparse)
 
-    meta.update(kernels.ops.kernel_settings())
+    meta.update(kernels.kernel_settings())
 
     rows: list[dict] = []
     done: set = set()

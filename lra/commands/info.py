@@ -65,7 +65,7 @@ def collect(device: str | None = None) -> dict:
     try:
         import kernels
 
-        out["kernel_settings"] = kernels.ops.kernel_settings()
+        out["kernel_settings"] = kernels.kernel_settings()
     except Exception as err:  # noqa: BLE001 - reported, like a broken registry
         out["kernel_settings"] = {"error": f"{type(err).__name__}: {err}"}
     return out
@@ -87,13 +87,11 @@ def run(args: argparse.Namespace) -> int:
     if "error" in ks:
         print(f"kernels    failed to import: {ks['error']}")
     elif ks:
-        print(f"kernels    torch.compile sees them as {ks['compile_op']} ops ($LRA_KERNELS_COMPILE_OP); dropout backward "
-              f"{ks['dropout_backward']} ($LRA_DROPOUT_BWD), {ks['dropout_philox_rounds']} Philox rounds ($LRA_DROPOUT_RNG)")
+        print(f"kernels    torch.compile sees them as {ks['compile_op']} ops; dropout backward "
+              f"{ks['dropout_backward']}, {ks['dropout_philox_rounds']} Philox rounds")
         if ks.get("compile_op") == "triton_op" and ks.get("inductor_static_launch") is not None:
             print(f"inductor   launches them {'statically' if ks['inductor_static_launch'] else 'through Triton'} "
                   "(TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS)")
-        if ks.get("launches"):
-            print(f"launches   {ks['launches']} ($LRA_TRITON_LAUNCH)")
     if "registry_error" in info:
         print(f"\nattention registry failed to import: {info['registry_error']}")
         return 1

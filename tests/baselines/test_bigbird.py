@@ -107,3 +107,41 @@ def test_wrong_head_count_rejected():
     q, k, v = (t.float() for t in inputs(h=2, n=80))
     with pytest.raises(ValueError, match="num_heads=3"):
         BigBirdAttention(num_heads=3, block_size=8)(q, k, v)
+
+
+def attended_blocks(attention, n, block):
+    """(H, n_blocks, n_blocks) bool: which key blocks each query block of `attention` attends to, read
+    off its output. With q = 0 every attended key gets the same weight, and key j's value is the
+    one-hot vector of its block, so output column b of a query is > 0 exactly when block b is attended."""
+    heads, n_blocks = attention.num_heads, math.ceil(n / block)
+    q = torch.zeros(1, heads, n, n_blocks, dtype=torch.float64)
+    k = torch.randn(1, heads, n, n_blocks, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    v = torch.nn.functional.one_hot(torch.arange(n) // block, n_blocks).to(torch.float64).expand(1, heads, n, n_blocks)
+    out = attention(q, k, v)[0]  # (H, N, n_blocks)
+    return out[:, ::block] > 0  # the first query of each block
+
+
+@pytest.mark.parametrize("n, block, window, num_random, seed, layer_idx", [
+    (96, 8, 3, 3, 0, 0),    # 12 blocks
+    (100, 8, 3, 3, 4, 2),   # 13 blocks, the last one padded
+    (160, 16, 5, 2, 7, 1),  # 10 blocks, a wider window
+    (64, 8, 3, 3, 1, 0),    # 8 blocks: the fewest the pattern takes
+    (144, 12, 1, 4, 3, 5),  # block size not a power of two, window of one block
+])
+def test_attends_exactly_the_kernels_bigbird_layout(n, block, window, num_random, seed, layer_idx):
+    """One BigBird pattern: the baseline attends to exactly the (query block, key block) pairs of
+    kernels.layouts.bigbird built with two global blocks and the baseline's seed of this layer and
+    block count -- the same random blocks from the same generator, per head."""
+    from kernels import layouts
+
+    from baselines.bigbird_pattern import pattern_seed
+
+    heads = 3
+    attention = BigBirdAttention(num_heads=heads, block_size=block, window=window, num_random=num_random, seed=seed,
+                                 layer_idx=layer_idx, max_len=n)
+    n_blocks = math.ceil(n / block)
+    layout = layouts.bigbird(n_blocks, num_global=2, window=window, num_random=num_random,
+                             seed=pattern_seed(seed, layer_idx, n_blocks), num_heads=heads)
+    assert torch.equal(attended_blocks(attention, n, block), layout)
+    index, valid = attention.gather_table(n_blocks, torch.device("cpu"))
+    assert torch.equal(bigbird_block_mask(index, valid, n_blocks), layout)

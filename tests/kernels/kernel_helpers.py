@@ -1,6 +1,8 @@
 """Shared helpers of the kernel tests: random inputs, running kernel vs reference, tolerances."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from kernel_reference import attention_reference, rel_err
@@ -40,31 +42,13 @@ def check_against_reference(fn, q, k, v, *, ref_kwargs=None, tol=None, grad_seed
     return out
 
 
-def cuda_packed_case():
-    """Packed-QKV inputs for the GPU replay tests: (qkv (3, 300, 3, 2, 32) bf16, a key padding mask with
-    a ragged row and a fully padded one, a BigBird layout of 64-blocks, the output's gradient)."""
-    from kernels import layouts
-    from kernels.tiles import cdiv
 
-    qkv = torch.randn(3, 300, 3, 2, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    mask = torch.zeros(3, 300, dtype=torch.bool, device="cuda")
-    mask[1, 250:] = True
-    mask[2, :] = True  # fully padded rows: zeros, no NaN
-    layout = layouts.bigbird(cdiv(300, 64), num_global=1, window=3, num_random=1, seed=0, device="cuda")
-    grad = torch.randn(3, 300, 2, 32, device="cuda", dtype=torch.bfloat16)
-    return qkv, mask, layout, grad
-
-
-def packed_call(qkv, mask, layout, grad, sparse: bool):
-    """One packed call (dense, or block-sparse on ``layout``) with dropout 0.1 drawn after
-    ``torch.manual_seed(11)``, and its backward: (out, qkv.grad), detached copies."""
-    from kernels import block_sparse_flash_attention_qkvpacked, flash_attention_qkvpacked
-
-    qkv.grad = None
-    torch.manual_seed(11)
-    if sparse:
-        out = block_sparse_flash_attention_qkvpacked(qkv, layout, block_size=64, key_padding_mask=mask, dropout_p=0.1)
-    else:
-        out = flash_attention_qkvpacked(qkv, key_padding_mask=mask, dropout_p=0.1)
-    out.backward(grad)
-    return out.detach().clone(), qkv.grad.clone()
+@contextlib.contextmanager
+def deterministic():
+    """torch's deterministic algorithms on (warnings only) inside the block: calls with dropout take
+    the two-pass (split) backward instead of the one-pass one (kernels.dropout.fused_backward)."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)

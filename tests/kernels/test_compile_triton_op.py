@@ -27,62 +27,87 @@ def test_triton_op_decomposes_into_the_kernel_launches():
     reports = {r["case"]: r for r in map(json.loads, filter(None, proc.stdout.splitlines()))}
     backward = ["flash_bwd_preprocess_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel"]
     # the arguments torch's analysis finds written: exactly the outputs and work buffers each kernel
-    # stores to. (Session 16: a pointer passed into a @triton.jit helper whose result fed a store address
-    # counted as written, so Inductor copied the block-sparse counts -- in the dense form q's placeholder,
-    # all of QKV -- before each launch and back after it: 8 extra full copies per model step.)
+    # stores to (see kernels.triton_attention._program_slot for the pattern that made Inductor copy QKV)
     written_fwd = [["LSE", "O"]]
     written_split = [["DELTA", "LSE2"], ["DK", "DV"], ["DQ"]]
     for case in ("dense_fwd", "dense_fwd_mask_dropout_causal", "sparse_fwd"):
         assert reports[case]["kernels"] == ["flash_fwd_kernel"] and reports[case]["undecomposed"] == [], reports[case]
         assert reports[case]["clones"] == written_fwd, reports[case]
-    for case in ("dense_bwd_mask_dropout", "sparse_bwd"):  # under $LRA_DROPOUT_BWD=split
+    for case in ("dense_bwd_mask_dropout", "sparse_bwd"):  # the two-pass backward (deterministic)
         assert reports[case]["kernels"] == backward and reports[case]["undecomposed"] == [], reports[case]
         assert reports[case]["clones"] == written_split, reports[case]
-    fused = reports["dense_bwd_mask_dropout_fused"]  # $LRA_DROPOUT_BWD=fused (default): no dQ kernel
+    fused = reports["dense_bwd_mask_dropout_fused"]  # the one-pass backward (the default): no dQ kernel
     assert fused["kernels"] == backward[:2] and fused["undecomposed"] == [], fused
     assert fused["clones"] == [["DELTA", "DQ_ACC", "LSE2"], ["DK", "DQ_ACC", "DV"]], fused
 
 
-def test_compile_op_kind_is_chosen_once_and_overridable(monkeypatch):
-    # the default: triton_op where CUDA runs compiled kernels, custom_op otherwise
-    assert ops.COMPILE_OP == ("triton_op" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
-                              else "custom_op")
-    monkeypatch.delenv(ops.COMPILE_OP_ENV, raising=False)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert ops._compile_op_kind() == "custom_op"
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+def test_the_op_form_follows_how_the_kernels_were_built(monkeypatch):
+    """triton_op where CUDA runs compiled kernels; custom_op under the interpreter (wrap_triton cannot
+    trace it) and without CUDA. No setting chooses it."""
+    from kernels import triton_attention as kern
+
+    assert ops.OP_FORM == ops.op_form() == ("triton_op" if torch.cuda.is_available() and not kern.INTERPRETED
+                                            else "custom_op")
+    monkeypatch.setattr(kern, "INTERPRETED", True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert ops._compile_op_kind() == "triton_op"
+    assert ops.op_form() == "custom_op"
+    monkeypatch.setattr(kern, "INTERPRETED", False)
+    assert ops.op_form() == "triton_op"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert ops._compile_op_kind() == "custom_op"
-    monkeypatch.setenv(ops.COMPILE_OP_ENV, "custom_op")
-    assert ops._compile_op_kind() == "custom_op"
-    monkeypatch.setenv(ops.COMPILE_OP_ENV, "triton")
-    with pytest.raises(ValueError, match="use triton_op or custom_op"):
-        ops._compile_op_kind()
-    monkeypatch.setenv(ops.COMPILE_OP_ENV, "triton_op")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    with pytest.raises(ValueError, match="wrap_triton cannot trace"):
-        ops._compile_op_kind()
+    assert ops.op_form() == "custom_op"
+    with pytest.raises(ValueError, match="unknown op form 'triton'"):
+        ops.register_ops("lra_unused", "triton")
 
 
-def test_inductor_is_let_launch_our_kernels_statically(monkeypatch):
-    """The triton_op form switches on Inductor's static launch of user Triton kernels (ours) at import
+def test_inductor_static_launch_is_switched_on_explicitly(monkeypatch):
+    """kernels.enable_inductor_static_launch switches on Inductor's static launch of user Triton kernels
     (where this torch has the setting) -- in this process's config and, for Inductor's compile worker
     processes, through torch's environment variable; a user's own value of that variable is kept. The
-    bench metadata records the setting in force."""
+    settings report says which is in force."""
     import torch._inductor.config as inductor_config
 
+    import kernels
+    from kernels import inductor
+
     if not hasattr(inductor_config, "static_launch_user_defined_triton_kernels"):
+        assert kernels.enable_inductor_static_launch() is False
         pytest.skip("this torch has no static launch of user Triton kernels")
-    monkeypatch.setenv(ops.STATIC_LAUNCH_ENV, "")  # recorded, so that the test's own setting is undone
-    monkeypatch.delenv(ops.STATIC_LAUNCH_ENV)
+    monkeypatch.setenv(inductor.STATIC_LAUNCH_ENV, "")  # recorded, so that the test's own setting is undone
+    monkeypatch.delenv(inductor.STATIC_LAUNCH_ENV)
     with inductor_config.patch(static_launch_user_defined_triton_kernels=False):
-        assert ops.inductor_static_launch() is False
-        ops._let_inductor_launch_ours_statically()
-        assert ops.inductor_static_launch() is True and os.environ[ops.STATIC_LAUNCH_ENV] == "1"
-        assert ops.kernel_settings()["inductor_static_launch"] is True
-    monkeypatch.setenv(ops.STATIC_LAUNCH_ENV, "0")  # the user's choice
+        assert inductor.inductor_static_launch() is False
+        assert kernels.enable_inductor_static_launch() is True
+        assert inductor.inductor_static_launch() is True and os.environ[inductor.STATIC_LAUNCH_ENV] == "1"
+        assert kernels.kernel_settings()["inductor_static_launch"] is True
+    monkeypatch.setenv(inductor.STATIC_LAUNCH_ENV, "0")  # the user's choice
     with inductor_config.patch(static_launch_user_defined_triton_kernels=False):
-        ops._let_inductor_launch_ours_statically()
-        assert ops.inductor_static_launch() is False and os.environ[ops.STATIC_LAUNCH_ENV] == "0"
+        assert kernels.enable_inductor_static_launch() is False
+        assert inductor.inductor_static_launch() is False and os.environ[inductor.STATIC_LAUNCH_ENV] == "0"
+
+
+IMPORT_CHECK = """
+import json, os, sys
+import torch
+import torch._inductor.config as inductor_config
+before = (dict(os.environ), repr(sorted(inductor_config.get_config_copy().items(), key=str)))
+import kernels
+after = (dict(os.environ), repr(sorted(inductor_config.get_config_copy().items(), key=str)))
+print(json.dumps({"environ": before[0] == after[0], "inductor_config": before[1] == after[1],
+                  "changed": sorted(set(after[0].items()) ^ set(before[0].items()))}))
+"""
+
+
+@pytest.mark.parametrize("interpret", ["1", "0", None])
+def test_importing_kernels_changes_no_global_state(interpret):
+    """`import kernels` leaves os.environ and torch._inductor.config as they were (in a fresh process;
+    the interpreter on, off, or its variable unset)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("TRITON_INTERPRET", None)
+    env.pop("TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS", None)
+    if interpret is not None:
+        env["TRITON_INTERPRET"] = interpret
+    proc = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"environ": True, "inductor_config": True, "changed": []}, report

@@ -88,38 +88,25 @@ def test_keep_mask_follows_the_documented_philox_counters():
             assert np.array_equal(keep[b, h].cpu().numpy(), want)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="patches the module constant the kernels read; compiled (GPU) "
-                    "kernels bake it in, so on a GPU the setting is only changed through $LRA_DROPOUT_RNG at import")
-@pytest.mark.parametrize("rounds", [7, 10])
-def test_each_philox_round_count_follows_the_documented_scheme(monkeypatch, rounds):
-    """$LRA_DROPOUT_RNG=rounds=R (set here as the module constant it becomes): the mask is
-    Philox-4x32-R of the documented counters, and the kernels replay the mask of the setting in force."""
+def test_the_mask_is_philox_with_seven_rounds():
+    """The mask is Philox-4x32-7 of the documented counters (not the 10 rounds of Salmon et al.'s
+    safety margin), and the kernels replay it."""
     from kernels import triton_attention
 
-    monkeypatch.setattr(triton_attention, "PHILOX_ROUNDS", rounds)
+    assert triton_attention.PHILOX_ROUNDS.value == 7
     q, k, v = make_qkv(2, 3, 21, 37, 16, torch.float32, seed=15)
     seed = 0x0FED_CBA9_8765_4321
     keep = dropout_keep_mask(q, k, 0.3, seed=torch.tensor([seed]))
     for b in range(2):
         for h in range(3):
-            want = dropout_keep_reference(seed, 3, np.arange(21), np.arange(37), b, h, 0.3, rounds=rounds)
+            want = dropout_keep_reference(seed, 3, np.arange(21), np.arange(37), b, h, 0.3, rounds=7)
             assert np.array_equal(keep[b, h].cpu().numpy(), want)
-    other = dropout_keep_reference(seed, 3, np.arange(21), np.arange(37), 1, 2, 0.3, rounds=17 - rounds)
+    other = dropout_keep_reference(seed, 3, np.arange(21), np.arange(37), 1, 2, 0.3, rounds=10)
     assert not np.array_equal(keep[1, 2].cpu().numpy(), other)
     torch.manual_seed(3)
     keep = dropout_keep_mask(q, k, 0.3)
     torch.manual_seed(3)
     check_against_reference(flash_attention, q, k, v, dropout_p=0.3, ref_kwargs=dict(keep=keep, dropout_p=0.3))
-
-
-def test_rng_setting_is_parsed_or_rejected():
-    from kernels.triton_attention import PHILOX_ROUNDS_SETTING, _parse_rng
-
-    assert _parse_rng(None) == 7 and _parse_rng("") == 7 and PHILOX_ROUNDS_SETTING == 7
-    assert _parse_rng("rounds=10") == 10 and _parse_rng(" rounds=7 ") == 7
-    for bad in ("rounds=5", "expand=select", "speed=fast"):
-        with pytest.raises(ValueError, match="LRA_DROPOUT_RNG"):
-            _parse_rng(bad)
 
 
 def test_counters_do_not_wrap_beyond_64k_keys():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kernels
-from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention, ops
+from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention, launch_args
 
 from kernel_helpers import DEVICE  # CPU here; on a CUDA machine the same cases run on the GPU
 
@@ -25,7 +25,7 @@ def no_kernel_launch(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a kernel was launched for bad input")
     monkeypatch.setattr(torch.ops.lra_kernels, "flash_fwd", forbidden)
-    monkeypatch.setattr(ops, "launch_fwd", forbidden)  # the eager path (ops._FlashFunction)
+    monkeypatch.setattr(launch_args, "forward", forbidden)  # the eager paths (kernels.autograd)
 
 
 q, k, v = _qkv()

@@ -1,22 +1,18 @@
-"""The one-pass dropout backward (the default, $LRA_DROPOUT_BWD=fused): dQ from the dK/dV kernel by atomics.
+"""The one-pass dropout backward (the default under dropout): dQ from the dK/dV kernel by atomics.
 
-Each test forces the mode by setting the module global the launcher reads (``kernels.ops.DROPOUT_BWD``)
-and wraps the two backward kernels to check that the setting took effect: the dK/dV kernel is
-launched with ``FUSED_DQ=True`` and the dQ kernel is not launched. Small tiles make every call
+The tests wrap the two backward kernels to check which form ran: the one-pass form launches the
+dK/dV kernel with ``FUSED_DQ=True`` and no dQ kernel; ``torch.use_deterministic_algorithms(True)``
+gives the two-pass form. Small tiles make every call
 visit several key tiles per query tile, so dQ rows really are sums of several atomic additions.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
-from kernel_helpers import DEVICE, check_against_reference, make_qkv
+from kernel_helpers import DEVICE, check_against_reference, deterministic, make_qkv
 from kernel_reference import expand_layout, rel_err
 
-from kernels import block_sparse_flash_attention, dropout_keep_mask, flash_attention, ops
+from kernels import block_sparse_flash_attention, dropout_keep_mask, flash_attention
 from kernels import triton_attention as kern
 from kernels.tiles import PassTiles, Tiles, override
 
@@ -68,8 +64,7 @@ def _grads(fn, q, k, v, seed, grad_seed=1, **kwargs):
     (torch.bfloat16, 16, 64, 64, False, False),  # every side a multiple of its tile (no masks)
     (torch.float32, 24, 48, 40, False, True),   # head dim padded to 32 (masked atomic columns)
 ])
-def test_fused_matches_reference(monkeypatch, launches, dtype, d, n_q, n_k, causal, padded):
-    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+def test_fused_matches_reference(launches, dtype, d, n_q, n_k, causal, padded):
     q, k, v = make_qkv(2, 1, n_q, n_k, d, dtype, seed=31)
     mask = None
     if padded:
@@ -87,8 +82,7 @@ def test_fused_matches_reference(monkeypatch, launches, dtype, d, n_q, n_k, caus
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fully_padded_row_gives_zeros_without_nan(monkeypatch, launches, dtype):
-    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+def test_fully_padded_row_gives_zeros_without_nan(launches, dtype):
     q, k, v = make_qkv(2, 1, 40, 50, 16, dtype, seed=32)
     mask = torch.zeros(2, 50, dtype=torch.bool, device=DEVICE)
     mask[1] = True  # batch 1: every key is padding
@@ -107,7 +101,7 @@ def test_fully_padded_row_gives_zeros_without_nan(monkeypatch, launches, dtype):
 
 
 @pytest.mark.parametrize("dtype,causal", [(torch.float32, True), (torch.bfloat16, False)])
-def test_fused_gradients_equal_split(monkeypatch, launches, dtype, causal):
+def test_fused_gradients_equal_split(launches, dtype, causal):
     """Same inputs and seed: dK/dV bit-identical (the same kernel arithmetic), dQ equal up to the
     float32 summation order (and, for bfloat16, the final rounding of that sum)."""
     q, k, v = make_qkv(1, 1, 70, 90, 32, dtype, seed=33)
@@ -115,12 +109,11 @@ def test_fused_gradients_equal_split(monkeypatch, launches, dtype, causal):
     mask[0, 85:] = True
     kwargs = dict(dropout_p=0.1, causal=causal, key_padding_mask=mask)
     with override(SMALL):
-        monkeypatch.setattr(ops, "DROPOUT_BWD", "split")
-        split = _grads(flash_attention, q, k, v, seed=8, **kwargs)
+        with deterministic():
+            split = _grads(flash_attention, q, k, v, seed=8, **kwargs)
         assert len(launches["dq"].calls) == 1 and launches["dkdv"].calls[0]["FUSED_DQ"] is False
         launches["dkdv"].calls.clear()
         launches["dq"].calls.clear()
-        monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
         fused = _grads(flash_attention, q, k, v, seed=8, **kwargs)
     _assert_fused(launches)
     for name, a, b in zip(("out", "dq", "dk", "dv"), split, fused):
@@ -132,8 +125,7 @@ def test_fused_gradients_equal_split(monkeypatch, launches, dtype, causal):
             assert torch.equal(a, b), name
 
 
-def test_block_sparse_fused(monkeypatch, launches):
-    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+def test_block_sparse_fused(launches):
     n, bs = 80, 32  # 3 blocks, the last ragged
     layout = torch.tensor([[[True, False, True], [True, True, False], [False, True, True]],
                            [[True, True, True], [False, False, False], [True, False, True]]], device=DEVICE)
@@ -148,47 +140,23 @@ def test_block_sparse_fused(monkeypatch, launches):
     _assert_fused(launches)
 
 
-def test_without_dropout_the_split_backward_runs(monkeypatch, launches):
-    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+def test_without_dropout_the_split_backward_runs(launches):
     q, k, v = make_qkv(1, 1, 20, 30, 16, torch.float32, seed=35)
     check_against_reference(flash_attention, q, k, v)
     assert len(launches["dq"].calls) == 1 and launches["dkdv"].calls[0]["FUSED_DQ"] is False
 
 
-def test_deterministic_algorithms_keep_the_split_backward(monkeypatch, launches):
-    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
+def test_deterministic_algorithms_keep_the_split_backward(launches):
     q, k, v = make_qkv(1, 1, 20, 30, 16, torch.float32, seed=36)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
+    with deterministic():
         torch.manual_seed(4)
         flash_attention(q, k, v, dropout_p=0.2).sum().backward()
-    finally:
-        torch.use_deterministic_algorithms(False)
     assert len(launches["dq"].calls) == 1 and launches["dkdv"].calls[0]["FUSED_DQ"] is False
-
-
-def test_dropout_bwd_setting_is_parsed_or_rejected():
-    from kernels.ops import DROPOUT_BWD_ENV, _parse_dropout_bwd
-
-    assert DROPOUT_BWD_ENV == "LRA_DROPOUT_BWD"
-    assert _parse_dropout_bwd(None) == "fused" and _parse_dropout_bwd("") == "fused"
-    assert _parse_dropout_bwd("split") == "split" and _parse_dropout_bwd(" fused ") == "fused"
-    assert ops.DROPOUT_BWD == _parse_dropout_bwd(os.environ.get("LRA_DROPOUT_BWD"))
-    for bad in ("Fused", "atomic", "split,fused"):
-        with pytest.raises(ValueError, match="LRA_DROPOUT_BWD"):
-            _parse_dropout_bwd(bad)
-
-
-def test_bad_dropout_bwd_setting_fails_at_import():
-    env = dict(os.environ, LRA_DROPOUT_BWD="fast", TRITON_INTERPRET="1")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    res = subprocess.run([sys.executable, "-c", "import kernels"], env=env, cwd=root, capture_output=True, text=True)
-    assert res.returncode != 0 and "ValueError" in res.stderr and "LRA_DROPOUT_BWD" in res.stderr
 
 
 def test_launchers_choose_the_tiles_of_the_backward_form_that_runs(monkeypatch):
     """flash_attention / block_sparse_flash_attention ask kernels.tiles.select for the one-pass form's
-    dK/dV tiles exactly when that form will run (dropout, fused setting, not deterministic)."""
+    dK/dV tiles exactly when that form will run (dropout, not deterministic)."""
     from kernels import block_sparse, dense, tiles
 
     asked = []
@@ -201,15 +169,9 @@ def test_launchers_choose_the_tiles_of_the_backward_form_that_runs(monkeypatch):
     monkeypatch.setattr(block_sparse, "select", spy)
     q, k, v = make_qkv(1, 1, 20, 20, 16, torch.float32, seed=37)
     layout = torch.ones(1, 1, dtype=torch.bool, device=DEVICE)
-    monkeypatch.setattr(ops, "DROPOUT_BWD", "fused")
     flash_attention(q, k, v, dropout_p=0.1)
     block_sparse_flash_attention(q, k, v, layout, block_size=32, dropout_p=0.1)
     flash_attention(q, k, v)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
+    with deterministic():
         flash_attention(q, k, v, dropout_p=0.1)
-    finally:
-        torch.use_deterministic_algorithms(False)
-    monkeypatch.setattr(ops, "DROPOUT_BWD", "split")
-    flash_attention(q, k, v, dropout_p=0.1)
-    assert asked == [True, True, False, False, False]
+    assert asked == [True, True, False, False]

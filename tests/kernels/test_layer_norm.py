@@ -236,31 +236,27 @@ def kernel_calls(monkeypatch):
     return calls
 
 
-def _module_and_input(device=DEVICE):
+def _module_and_input(device=DEVICE, **kwargs):
     torch.manual_seed(0)
-    m = LayerNorm(48).to(device)
+    m = LayerNorm(48, **kwargs).to(device)
     with torch.no_grad():
         m.weight.normal_()
         m.bias.normal_()
     return m, torch.randn(3, 5, 48, device=device, requires_grad=True)
 
 
-@pytest.mark.parametrize("mode", [None, "", "auto", "torch"])
-def test_module_uses_f_layer_norm_on_cpu_unless_forced(monkeypatch, kernel_calls, mode):
-    if mode is None:
-        monkeypatch.delenv(ln.ENV, raising=False)
-    else:
-        monkeypatch.setenv(ln.ENV, mode)
-    m, x = _module_and_input("cpu")
+@pytest.mark.parametrize("backend", [None, "auto", "torch"])
+def test_module_uses_f_layer_norm_on_cpu_unless_forced(kernel_calls, backend):
+    m, x = _module_and_input("cpu", **({} if backend is None else {"backend": backend}))
+    assert m.backend == (backend or "auto")
     y = m(x)
     y.sum().backward()
     torch.testing.assert_close(y, F.layer_norm(x, (48,), m.weight, m.bias, m.eps))
     assert kernel_calls == []
 
 
-def test_module_forced_kernel_matches_f_layer_norm(monkeypatch, kernel_calls):
-    monkeypatch.setenv(ln.ENV, "triton")
-    m, x = _module_and_input()
+def test_module_forced_kernel_matches_f_layer_norm(kernel_calls):
+    m, x = _module_and_input(backend="triton")
     dy = torch.randn(3, 5, 48, device=DEVICE)
     y = m(x)
     y.backward(dy)
@@ -275,11 +271,10 @@ def test_module_forced_kernel_matches_f_layer_norm(monkeypatch, kernel_calls):
         torch.testing.assert_close(got, t.grad, rtol=1e-5, atol=1e-5)
 
 
-def test_module_forced_falls_back_where_the_kernel_does_not_apply(monkeypatch, kernel_calls):
-    monkeypatch.setenv(ln.ENV, "triton")
-    LayerNorm(16, elementwise_affine=False)(torch.randn(2, 16, device=DEVICE))
-    LayerNorm((4, 16)).to(DEVICE)(torch.randn(2, 4, 16, device=DEVICE))
-    LayerNorm(16).to(DEVICE, torch.float64)(torch.randn(2, 16, device=DEVICE, dtype=torch.float64))
+def test_module_forced_falls_back_where_the_kernel_does_not_apply(kernel_calls):
+    LayerNorm(16, elementwise_affine=False, backend="triton")(torch.randn(2, 16, device=DEVICE))
+    LayerNorm((4, 16), backend="triton").to(DEVICE)(torch.randn(2, 4, 16, device=DEVICE))
+    LayerNorm(16, backend="triton").to(DEVICE, torch.float64)(torch.randn(2, 16, device=DEVICE, dtype=torch.float64))
     assert kernel_calls == []
 
 
@@ -292,13 +287,12 @@ def test_auto_mode_takes_the_kernel_for_large_cuda_inputs_only():
     assert not ln.auto_uses_kernel("cpu", 262_144 * 64)
 
 
-def test_module_rejects_unknown_mode(monkeypatch):
-    monkeypatch.setenv(ln.ENV, "fast")
-    with pytest.raises(ValueError, match="LRA_LAYER_NORM='fast': expected one of auto, torch, triton"):
-        LayerNorm(8)(torch.randn(2, 8))
+def test_module_rejects_unknown_backend():
+    with pytest.raises(ValueError, match="backend='fast'; use one of auto, torch, triton"):
+        LayerNorm(8, backend="fast")
 
 
-def test_paper_like_model_same_loss_and_gradients_with_the_kernel(monkeypatch, kernel_calls):
+def test_paper_like_model_same_loss_and_gradients_with_the_kernel(kernel_calls):
     """The `paper` model's shape (pre-LN blocks, final LN, mean pooling), tiny dims, softmax attention."""
     from lra.config import ModelConfig
     from lra.model import DataSpec, build_model
@@ -317,9 +311,10 @@ def test_paper_like_model_same_loss_and_gradients_with_the_kernel(monkeypatch, k
     mask[1, 20:] = True
     labels = torch.tensor([0, 2, 1], device=DEVICE)
 
-    def loss_and_grads(mode):
-        monkeypatch.setenv(ln.ENV, mode)
+    def loss_and_grads(backend):
         m = copy.deepcopy(model)
+        for name in norms:
+            m.get_submodule(name).backend = backend
         loss = F.cross_entropy(m(ids, mask), labels)
         loss.backward()
         return loss.detach(), {n: p.grad for n, p in m.named_parameters()}
@@ -356,13 +351,12 @@ def test_autocast_output_writes_autocast_dtype_with_the_casts_values():
     assert layer_norm(x, w, b, autocast_output=True).dtype == torch.float32   # autocast off
 
 
-def test_module_autocast_output_only_on_the_kernel_path(monkeypatch):
-    m = LayerNorm(64, autocast_output=True).to(DEVICE)
+def test_module_autocast_output_only_on_the_kernel_path():
+    m = LayerNorm(64, autocast_output=True, backend="triton").to(DEVICE)
     x = torch.randn(5, 64, device=DEVICE)
-    monkeypatch.setenv(ln.ENV, "triton")
     with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
         assert m(x).dtype == torch.bfloat16
-    monkeypatch.setenv(ln.ENV, "torch")
+    m.backend = "torch"
     with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
         assert m(x).dtype == F.layer_norm(x, (64,)).dtype
 
@@ -394,9 +388,8 @@ def test_kernels_compile_for_hopper_front_end():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_paper_batch_under_bf16_autocast(monkeypatch, kernel_calls):
+def test_cuda_paper_batch_under_bf16_autocast(kernel_calls):
     """The profiled case: 262,144 rows of 64, bf16 activations, float32 parameters, bf16 autocast."""
-    monkeypatch.delenv(ln.ENV, raising=False)
     torch.manual_seed(0)
     m = LayerNorm(64).cuda()
     with torch.no_grad():

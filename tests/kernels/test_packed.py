@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_helpers import DEVICE, TOL
+from kernel_helpers import DEVICE, TOL, deterministic
 from kernel_reference import attention_reference, expand_layout, rel_err
 
 from kernels import (block_sparse_flash_attention, block_sparse_flash_attention_qkvpacked, dropout_keep_mask,
-                     flash_attention, flash_attention_qkvpacked, layouts, ops)
+                     flash_attention, flash_attention_qkvpacked, layouts)
+from kernels.autograd import unpack_qkv
 from kernels.tiles import PassTiles, Tiles, override
 
 # small tiles: several query and key tiles per head at test sizes (dQ rows summed from several atomics)
@@ -28,7 +29,7 @@ def _packed_input(batch, n, heads, d, dtype, seed=0):
 
 def _views(qkv):
     """q, k, v (B, H, N, d) of a packed leaf, as independent float64 leaves for the reference."""
-    return tuple(x.detach().double().requires_grad_() for x in ops.unpack_qkv(qkv))
+    return tuple(x.detach().double().requires_grad_() for x in unpack_qkv(qkv))
 
 
 def _random_grad(shape, dtype, seed=1):
@@ -36,9 +37,13 @@ def _random_grad(shape, dtype, seed=1):
 
 
 @pytest.fixture(params=["fused", "split"])
-def dropout_bwd(request, monkeypatch):
-    monkeypatch.setattr(ops, "DROPOUT_BWD", request.param)
-    return request.param
+def dropout_bwd(request):
+    """The backward form under dropout: the default one-pass form, or the two-pass one."""
+    if request.param == "fused":
+        yield request.param
+    else:
+        with deterministic():
+            yield request.param
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -58,7 +63,7 @@ def test_packed_matches_float64_reference_with_padding_and_ragged_length(dtype, 
     ref.backward(grad.double().transpose(1, 2))
     tol = TOL[dtype]
     assert rel_err(out.transpose(1, 2), ref) < tol
-    dq, dk, dv = ops.unpack_qkv(qkv.grad)
+    dq, dk, dv = unpack_qkv(qkv.grad)
     for name, got, want in (("dq", dq, q.grad), ("dk", dk, k.grad), ("dv", dv, v.grad)):
         assert rel_err(got, want) < tol, name
 
@@ -66,7 +71,7 @@ def test_packed_matches_float64_reference_with_padding_and_ragged_length(dtype, 
 def test_packed_dropout_replays_its_mask_in_both_backward_forms(dropout_bwd):
     batch, n, heads, d, p = 2, 70, 2, 16, 0.25
     qkv = _packed_input(batch, n, heads, d, torch.float32, seed=3)
-    q0, k0, _ = ops.unpack_qkv(qkv.detach())
+    q0, k0, _ = unpack_qkv(qkv.detach())
     with override(SMALL):
         torch.manual_seed(11)
         out = flash_attention_qkvpacked(qkv, dropout_p=p)
@@ -78,7 +83,7 @@ def test_packed_dropout_replays_its_mask_in_both_backward_forms(dropout_bwd):
     ref, _ = attention_reference(q, k, v, keep=keep, dropout_p=p)
     ref.backward(grad.double().transpose(1, 2))
     assert rel_err(out.transpose(1, 2), ref) < 1e-4
-    for got, want in zip(ops.unpack_qkv(qkv.grad), (q.grad, k.grad, v.grad)):
+    for got, want in zip(unpack_qkv(qkv.grad), (q.grad, k.grad, v.grad)):
         assert rel_err(got, want) < 1e-4
 
 
@@ -91,7 +96,7 @@ def test_packed_equals_the_qkv_form_on_the_same_seed():
         torch.manual_seed(7)
         packed = flash_attention_qkvpacked(qkv, dropout_p=0.1)
         torch.manual_seed(7)
-        q, k, v = ops.unpack_qkv(views_leaf)
+        q, k, v = unpack_qkv(views_leaf)
         plain = flash_attention(q, k, v, dropout_p=0.1)
     grad = _random_grad(packed.shape, torch.float32)
     packed.backward(grad)
@@ -107,7 +112,7 @@ def test_block_sparse_packed_matches_reference_and_its_qkv_form():
     views_leaf = qkv.detach().clone().requires_grad_()
     with override(SMALL):
         out = block_sparse_flash_attention_qkvpacked(qkv, layout, block_size=block)
-        plain = block_sparse_flash_attention(*ops.unpack_qkv(views_leaf), layout, block_size=block)
+        plain = block_sparse_flash_attention(*unpack_qkv(views_leaf), layout, block_size=block)
     grad = _random_grad(out.shape, torch.float32)
     out.backward(grad)
     plain.transpose(1, 2).backward(grad)
@@ -115,7 +120,7 @@ def test_block_sparse_packed_matches_reference_and_its_qkv_form():
     ref, _ = attention_reference(q, k, v, allowed=expand_layout(layout, block, n, n))
     ref.backward(grad.double().transpose(1, 2))
     assert rel_err(out.transpose(1, 2), ref) < 1e-4
-    for got, want in zip(ops.unpack_qkv(qkv.grad), (q.grad, k.grad, v.grad)):
+    for got, want in zip(unpack_qkv(qkv.grad), (q.grad, k.grad, v.grad)):
         assert rel_err(got, want) < 1e-4
     torch.testing.assert_close(out, plain.transpose(1, 2), rtol=0, atol=0)
     torch.testing.assert_close(qkv.grad, views_leaf.grad, rtol=1e-6, atol=1e-6)
@@ -137,7 +142,7 @@ def test_output_is_laid_out_like_q():
     """Views of a fused projection (heads inside tokens) get a (B, N, H, d)-contiguous output, so the
     heads merge without a copy; contiguous (B, H, N, d) inputs keep a contiguous output."""
     qkv = _packed_input(2, 20, 3, 16, torch.float32).detach()
-    q, k, v = ops.unpack_qkv(qkv)
+    q, k, v = unpack_qkv(qkv)
     out = flash_attention(q, k, v)
     assert out.transpose(1, 2).is_contiguous()
     out.transpose(1, 2).view(2, 20, 48)  # a view, no copy

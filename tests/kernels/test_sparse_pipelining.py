@@ -1,7 +1,7 @@
 """The block-sparse loops must software-pipeline their copies as the dense loops do (Triton's
 front end for sm_90, no GPU needed): loaded in the step that uses it, a block-sparse list index
-made every K/V (Q/dO) copy an indirect load that Triton 3.6 left unpipelined below 5 stages
-(session 8); the loops now carry the index one step ahead."""
+made every K/V (Q/dO) copy an indirect load that Triton 3.6 left unpipelined below 5 stages; the
+loops carry the index one step ahead."""
 from __future__ import annotations
 
 import os

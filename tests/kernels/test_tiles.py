@@ -47,12 +47,10 @@ def test_tuning_json_replaces_the_tuned_passes_only(tmp_path, restore_tables):
     assert tiles.select(torch.device("cpu"), torch.bfloat16, 128) == tiles._CPU
 
 
-def test_dropout_tuning_fills_its_own_table(tmp_path, restore_tables, monkeypatch):
+def test_dropout_tuning_fills_its_own_table(tmp_path, restore_tables):
     cuda = torch.device("cuda")
     plain = tiles.select(cuda, torch.bfloat16, 64)
-    path = _write(tmp_path, "drop.json", {"dkdv": [32, 128, 8, 3]}, dropout=0.1)
-    monkeypatch.setenv(tiles.TILES_ENV, path)
-    tiles.load_tuning_from_env()
+    tiles.load_tuning(_write(tmp_path, "drop.json", {"dkdv": [32, 128, 8, 3]}, dropout=0.1))
     assert tiles.select(cuda, torch.bfloat16, 64, dropout=True).dkdv == tiles.PassTiles(32, 128, 8, 3)
     assert tiles.select(cuda, torch.bfloat16, 64) == plain
     # block-sparse clamps the dropout tiles like the others
@@ -70,10 +68,10 @@ def test_the_one_pass_dropout_backward_has_its_own_dkdv_tiles(tmp_path, restore_
     assert tiles.select(cuda, torch.float32, 64, dropout=True, fused_bwd=True) == \
         tiles.select(cuda, torch.float32, 64, dropout=True)
     assert tiles.select(torch.device("cpu"), torch.bfloat16, 64, dropout=True, fused_bwd=True) == tiles._CPU
-    # a tuning JSON made under LRA_DROPOUT_BWD=fused sets the one-pass dK/dV tiles, not the split's
+    # a tuning JSON of the one-pass backward sets its dK/dV tiles, not the split's
     lines = tiles.load_tuning(_write(tmp_path, "fused.json", {"dkdv": [32, 64, 4, 3]}, dropout=0.1,
                                      dropout_bwd="fused"))
-    assert "one-pass dK/dV [32, 64, 4, 3, 0]" in lines[0]
+    assert "one-pass dK/dV [32, 64, 4, 3]" in lines[0]
     assert tiles.select(cuda, torch.bfloat16, 64, dropout=True, fused_bwd=True).dkdv == tiles.PassTiles(32, 64, 4, 3)
     assert tiles.select(cuda, torch.bfloat16, 64, dropout=True) == split
     tiles.load_tuning(_write(tmp_path, "split.json", {"dkdv": [64, 128, 8, 2]}, dropout=0.1, dropout_bwd="split"))
@@ -116,14 +114,18 @@ def test_a_file_that_is_not_a_tuning_json_is_a_clear_error(tmp_path):
         tiles.load_tuning(str(path))
 
 
-def test_tuning_json_with_tma_load_modes(tmp_path, restore_tables):
-    """`kernels.tuning --loads tma` writes 5 ints per pass (the last the load mode); 4 mean pointers."""
+def test_tuning_entries_are_four_ints_and_a_zero_load_mode_is_read_as_pointer_loads(tmp_path, restore_tables):
+    """The tuner writes (BLOCK_M, BLOCK_N, num_warps, num_stages); the committed files of results/kernels/
+    carry a fifth int, the former load mode, which is read when it is 0 (pointer loads) and refused else."""
     cuda = torch.device("cuda")
-    tiles.load_tuning(_write(tmp_path, "tma.json", {"fwd": [128, 64, 4, 3, 2], "dq": [128, 32, 8, 3]}))
+    tiles.load_tuning(_write(tmp_path, "old.json", {"fwd": [128, 64, 4, 3, 0], "dq": [128, 32, 8, 3]}))
     got = tiles.select(cuda, torch.bfloat16, 64)
-    assert got.fwd == tiles.PassTiles(128, 64, 4, 3, tiles.LOADS_TMA_WS)
-    assert got.dq.loads == tiles.LOADS_POINTERS
-    assert tiles.Tiles.from_list(got.as_list()) == got
+    assert got.fwd == tiles.PassTiles(128, 64, 4, 3) and got.dq == tiles.PassTiles(128, 32, 8, 3)
+    assert tiles.Tiles.from_list(got.as_list()) == got and len(got.as_list()) == 12
+    with pytest.raises(ValueError, match=r"tile entry \[128, 64, 4, 3, 2\]"):
+        tiles.load_tuning(_write(tmp_path, "tma.json", {"fwd": [128, 64, 4, 3, 2]}))
+    with pytest.raises(ValueError, match="expected 12 tile parameters"):
+        tiles.Tiles.from_list(got.as_list() + [0, 0, 0])
 
 
 def test_sparse_tuning_times_the_block_sparse_kernel_with_clamped_candidates(monkeypatch):
@@ -156,18 +158,39 @@ def test_sparse_tuning_times_the_block_sparse_kernel_with_clamped_candidates(mon
     assert entry["best"]["fwd"][:2] == [32, 32]
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_dropout_tuning_times_the_backward_form_asked_for(monkeypatch, split):
+    """kernels.tuning --dropout tunes the one-pass backward; --split-backward the two-pass one, under
+    torch's deterministic algorithms for the tuning only. The entry records which (load_tuning files
+    the one-pass form's dK/dV tiles under its own table)."""
+    from kernels import tuning
+    from kernels.dropout import fused_backward
+
+    monkeypatch.setattr(tuning, "_inputs", lambda n, d, tokens, hidden, dtype: tuple(
+        torch.randn(1, 1, n, d, dtype=torch.float32, device=DEVICE, requires_grad=True) for _ in range(3)))
+    monkeypatch.setattr(tuning, "_sdpa_times", lambda *args: {})
+    forms = []
+    monkeypatch.setattr(tuning, "_bench", lambda fn, grads=None: (fn(), forms.append(fused_backward(0.1)), 1.0)[-1])
+    monkeypatch.setattr(tuning, "DKDV", tuning.DKDV[:1])
+    results = tuning.tune([16], [32], 32, 16, torch.float32, dropout_p=0.1, passes=("dkdv",), split_backward=split)
+    assert results[16]["dropout_bwd"] == ("split" if split else "fused")
+    assert forms and set(forms) == {not split}
+    assert not torch.are_deterministic_algorithms_enabled()
+    with pytest.raises(SystemExit):
+        tuning.main(["--split-backward"])  # only with --dropout
+
+
 def test_block_sparse_forward_candidates_add_64_row_tiles():
     """--sparse tunes the forward over the dense lists plus 64-row query tiles; other passes and
     dense tuning are unchanged."""
     from kernels import tuning
 
-    entry = tiles.PassTiles(128, 128, 4, 3)
-    dense = tuning.candidates("fwd", 32, "ptr", entry)
-    sparse = tuning.candidates("fwd", 32, "ptr", entry, sparse=True)
+    dense = tuning.candidates("fwd", 32)
+    sparse = tuning.candidates("fwd", 32, sparse=True)
     assert dense == tuning.FWD and sparse == tuning.FWD + tuning.FWD_SPARSE + tuning.SPARSE_DEEP["fwd"]
     assert all(c[0] == 64 for c in tuning.FWD_SPARSE)
-    assert tuning.candidates("dkdv", 32, "ptr", entry) == tuning.DKDV
-    assert tuning.candidates("dkdv", 32, "ptr", entry, sparse=True) == tuning.DKDV + tuning.SPARSE_DEEP["dkdv"]
+    assert tuning.candidates("dkdv", 32) == tuning.DKDV
+    assert tuning.candidates("dkdv", 32, sparse=True) == tuning.DKDV + tuning.SPARSE_DEEP["dkdv"]
     assert all(c[3] == 4 for cands in tuning.SPARSE_DEEP.values() for c in cands)
 
 
@@ -187,7 +210,7 @@ def test_combine_picks_each_pass_by_the_geometric_mean_over_layouts(tmp_path, re
     not timed) on one layout cannot win; the merged file loads into the block-sparse table."""
     from kernels import tuning
 
-    a, b, c = (64, 128, 4, 3, 0), (64, 64, 4, 4, 0), (128, 128, 4, 4, 0)
+    a, b, c = (64, 128, 4, 3), (64, 64, 4, 4), (128, 128, 4, 4)
     local = _tuned(tmp_path, "local.json", "local", {"fwd": {a: [0.20, 0.21], b: [0.22, 0.23], c: [0.01, 0.01]},
                                                      "dq": {a: [1.0, 1.0]}})
     bigbird = _tuned(tmp_path, "bigbird.json", "bigbird", {"fwd": {a: [0.70, 0.80], b: [0.50, 0.55], c: None},
@@ -209,11 +232,11 @@ def test_combine_picks_each_pass_by_the_geometric_mean_over_layouts(tmp_path, re
 def test_combine_rejects_files_of_different_kernels(tmp_path, capsys):
     from kernels import tuning
 
-    one = _tuned(tmp_path, "a.json", "local", {"fwd": {(64, 64, 4, 3, 0): [1.0, 1.0]}}, block_size=128)
-    two = _tuned(tmp_path, "b.json", "local", {"fwd": {(64, 64, 4, 3, 0): [1.0, 1.0]}}, block_size=64)
+    one = _tuned(tmp_path, "a.json", "local", {"fwd": {(64, 64, 4, 3): [1.0, 1.0]}}, block_size=128)
+    two = _tuned(tmp_path, "b.json", "local", {"fwd": {(64, 64, 4, 3): [1.0, 1.0]}}, block_size=64)
     assert tuning.main(["--combine", one, two, "--out", str(tmp_path / "c.json")]) == 2
     assert "block size" in capsys.readouterr().err
-    other_dim = _tuned(tmp_path, "d.json", "local", {"fwd": {(64, 64, 4, 3, 0): [1.0, 1.0]}}, head_dim=64)
+    other_dim = _tuned(tmp_path, "d.json", "local", {"fwd": {(64, 64, 4, 3): [1.0, 1.0]}}, head_dim=64)
     assert tuning.main(["--combine", one, other_dim, "--out", str(tmp_path / "c.json")]) == 2
     with pytest.raises(SystemExit):
         tuning.main(["--combine", one])                           # no --out
@@ -222,15 +245,14 @@ def test_combine_rejects_files_of_different_kernels(tmp_path, capsys):
 def test_clamping_to_a_block_size():
     """Tiles that fit a block are returned as they are (no objects built on a block-sparse call's path);
     a side larger than the block is cut to it, every other setting kept."""
-    fwd = tiles.PassTiles(128, 64, 8, 3, tiles.LOADS_POINTERS)
-    dkdv = tiles.PassTiles(64, 128, 4, 2, tiles.LOADS_POINTERS)
-    dq = tiles.PassTiles(128, 32, 4, 3, tiles.LOADS_POINTERS)
+    fwd = tiles.PassTiles(128, 64, 8, 3)
+    dkdv = tiles.PassTiles(64, 128, 4, 2)
+    dq = tiles.PassTiles(128, 32, 4, 3)
     t = tiles.Tiles(fwd, dkdv, dq)
     assert t.clamped(128) is t and t.clamped(256) is t and fwd.clamped(128) is fwd
     small = t.clamped(64)
-    assert small == tiles.Tiles(tiles.PassTiles(64, 64, 8, 3, tiles.LOADS_POINTERS),
-                                tiles.PassTiles(64, 64, 4, 2, tiles.LOADS_POINTERS),
-                                tiles.PassTiles(64, 32, 4, 3, tiles.LOADS_POINTERS))
+    assert small == tiles.Tiles(tiles.PassTiles(64, 64, 8, 3), tiles.PassTiles(64, 64, 4, 2),
+                                tiles.PassTiles(64, 32, 4, 3))
     assert small.dkdv.clamped(64) is small.dkdv
-    assert t.clamped(16).as_list() == [16, 16, 8, 3, 0, 16, 16, 4, 2, 0, 16, 16, 4, 3, 0]
+    assert t.clamped(16).as_list() == [16, 16, 8, 3, 16, 16, 4, 2, 16, 16, 4, 3]
     assert t.clamped(64) is small  # cached: a block-sparse call clamps on every call

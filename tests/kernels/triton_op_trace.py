@@ -105,11 +105,12 @@ def main() -> int:
                                                                    True, 0.0, 0.17, tiles), do, q, k, v, out, lse,
                        idx, cnt),
     }
-    ops.DROPOUT_BWD = "split"  # the two-pass backward first ($LRA_DROPOUT_BWD; read when the op body is traced)
+    # the two-pass backward first (deterministic algorithms on; read when the op body is traced)
+    torch.use_deterministic_algorithms(True, warn_only=True)
     for name, (fn, *args) in cases.items():
         print(json.dumps({"case": name, **trace(fn, *args)}), flush=True)
-    # the one-pass dropout backward (the default, $LRA_DROPOUT_BWD=fused)
-    ops.DROPOUT_BWD = "fused"
+    # the one-pass dropout backward (the default)
+    torch.use_deterministic_algorithms(False)
     fn, *args = cases["dense_bwd_mask_dropout"]
     print(json.dumps({"case": "dense_bwd_mask_dropout_fused", **trace(fn, *args)}), flush=True)
     return 0

@@ -252,8 +252,8 @@ def test_every_registered_attention_trains_in_the_model(name):
 
 
 @pytest.mark.parametrize("name, options, n", [("flash", {}, 40), ("flash_sparse", {"block_size": 16}, 128)])
-def test_packed_qkv_cores_match_their_view_form_in_the_model(name, options, n, monkeypatch):
-    """Our kernels take the fused projection whole (forward_packed); $LRA_PACKED_QKV=0 gives them q/k/v
+def test_packed_qkv_cores_match_their_view_form_in_the_model(name, options, n):
+    """Our kernels take the fused projection whole (forward_packed); with ``packed`` off they get q/k/v
     views like every other core. Same weights, same dropout draws: same logits and gradients."""
     device = "cuda" if torch.cuda.is_available() else "cpu"  # our kernels take CUDA tensors where CUDA is
     spec = DataSpec(vocab_size=11, num_classes=10, max_len=n)
@@ -262,11 +262,11 @@ def test_packed_qkv_cores_match_their_view_form_in_the_model(name, options, n, m
     mask = torch.zeros(2, n, dtype=torch.bool, device=device)
     mask[1, n - 13:] = True
     results = []
-    for flag in ("1", "0"):
-        monkeypatch.setenv("LRA_PACKED_QKV", flag)
+    for packed in (True, False):
         torch.manual_seed(0)
         model = build_model(cfg, spec, attention=name, attention_options=options, seed=0).to(device).train()
-        assert model.encoder.blocks[0].attention.packed == (flag == "1")
+        assert model.encoder.blocks[0].attention.packed  # the default for a core with a packed form
+        model.encoder.blocks[0].attention.packed = packed
         torch.manual_seed(3)
         logits = model(x, mask)
         logits.square().sum().backward()
@@ -276,8 +276,3 @@ def test_packed_qkv_cores_match_their_view_form_in_the_model(name, options, n, m
     for a, b in zip(packed_grads, view_grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
-
-def test_packed_qkv_setting_is_checked(monkeypatch):
-    monkeypatch.setenv("LRA_PACKED_QKV", "yes")
-    with pytest.raises(ValueError, match="LRA_PACKED_QKV"):
-        build_model(TINY, DataSpec(vocab_size=11, num_classes=10, max_len=16), attention="flash", seed=0)

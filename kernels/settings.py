@@ -1,0 +1,19 @@
+"""What the kernels run with in this process, for ``lra info`` and benchmark metadata."""
+from __future__ import annotations
+
+import torch
+
+from . import ops
+from . import triton_attention as kern
+from .inductor import inductor_static_launch
+
+
+def kernel_settings() -> dict:
+    """The settings in force: Philox rounds of the attention dropout, the dropout backward that runs
+    now ("fused": one pass, atomic dQ; "split": two passes, deterministic, under
+    ``torch.use_deterministic_algorithms(True)``; see :mod:`kernels.dropout`), the form torch.compile
+    sees the ops in (:data:`kernels.ops.OP_FORM`) and whether Inductor launches them statically
+    (:func:`kernels.enable_inductor_static_launch`)."""
+    return {"dropout_philox_rounds": kern.PHILOX_ROUNDS.value,
+            "dropout_backward": "split" if torch.are_deterministic_algorithms_enabled() else "fused",
+            "compile_op": ops.OP_FORM, "inductor_static_launch": inductor_static_launch()}
