@@ -133,7 +133,7 @@ class TrainConfig:
     num_nodes: int = 1
     strategy: str = "auto"           # Lightning strategy: auto, ddp, ddp_spawn, fsdp, ...
     # Lightning deterministic mode; it also selects the two-pass (atomics-free) dropout backward of
-    # our kernels, bit-reproducible but slower (kernels.ops: the default backward sums dQ atomically)
+    # our kernels, bit-reproducible but slower (kernels.dropout: the default backward sums dQ atomically)
     deterministic: bool = False
     # Start from the weights of this `lra train` checkpoint (a smaller image's grid positions are
     # upsampled by duplication: Path-64 -> Path-X / Path-256); see `lra.checkpoint_transfer`.
