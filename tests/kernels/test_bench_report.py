@@ -50,6 +50,19 @@ def test_markdown_and_summary_show_speedups_and_failures():
     assert "attention dropout 0.1 (our kernels: Philox rounds 7, fused backward)" in md
 
 
+def test_summary_gives_ranges_over_lengths_per_head_dim_and_pass():
+    rows = []
+    for n, ours, cudnn in ((1024, 1.0, 0.9), (4096, 2.0, 2.4)):
+        for impl, ms in (("ours", ours), ("sdpa_cudnn", cudnn)):
+            rows.append(dict(impl=impl, **{"pass": "fwd"}, seq_len=n, head_dim=32, batch=4, heads=64, dtype="bf16",
+                             pattern="dense", density=1.0, ms=ms, tflops=100 / ms, extra_mem_gb=0.1, status="ok",
+                             note=""))
+    md = bench.render_markdown(pd.DataFrame(rows, columns=bench.COLUMNS), {"device": "TestGPU", "settings": {}})
+    assert "## Summary: ranges over N = 1K–4K" in md
+    # ours 100 and 50 TFLOP/s; ours vs cuDNN 0.90x at 1K and 1.20x at 4K
+    assert "| 32 | fwd | 50–100 | 0.90×–1.20× |" in md
+
+
 def test_dropout_option_reaches_the_implementations():
     args = _parser().parse_args(["--dropout", "0.1"])
     assert args.dropout == 0.1 and _parser().parse_args([]).dropout == 0.0
