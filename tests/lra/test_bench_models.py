@@ -207,7 +207,7 @@ def test_compile_mode_reaches_torch_compile_and_the_records(tmp_path, monkeypatc
 
 def test_no_peak_memory_is_reported_under_cuda_graphs(monkeypatch):
     """CUDA graphs keep the step's tensors in a private pool allocated while warming up: the timed steps'
-    peak allocation (0.00 GB on the H200, session 17) is not the model's memory, so it is not reported."""
+    peak allocation (0.00 GB on the H200) is not the model's memory, so it is not reported."""
     monkeypatch.setattr(models, "measure", lambda cell, **k: {
         "ms_per_step": 3.0, "ms_p10": 2.5, "ms_p90": 3.5, "samples_per_s": 1.0, "tokens_per_s": 1.0,
         "peak_mem_gb": 0.004})
