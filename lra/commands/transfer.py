@@ -32,6 +32,7 @@ examples:
   lra transfer --target path256 --dry-run           # the plan, nothing run
   lra transfer --target pathx --estimate-cost       # GPU-hours from measured step times
   lra transfer --target pathx --preset smoke        # the chain in miniature (CPU, about a minute)
+  lra transfer --target pathx --preset cpu          # Path-64 -> Path-X on the real image sizes, CPU scale
 
 exit status: 0 done, 1 a stage failed or ran out of memory (its result.json says why), 2 bad input.
 """
@@ -48,7 +49,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--target", required=True, choices=("pathx", "path256"), help="the task to reach")
     parser.add_argument("--preset", default=None,
                         help="recipe of lra/presets/transfer/<target>.yaml: <target>-transfer (the paper's, default), "
-                             "smoke (CPU miniature); for pathx also mini (Pathfinder-32 -> 64) and curriculum "
+                             "smoke (CPU miniature), cpu (Path-64 -> the target on the real image sizes, CPU "
+                             "scale); for pathx also mini (Pathfinder-32 -> 64) and curriculum "
                              "(Pathfinder-32 -> 64 -> Path-X with augmentation: what took our runs off chance)")
     parser.add_argument("--attention", default=None,
                         help="attention of the target stages (default: the recipe's: flash for pathx, "

@@ -288,6 +288,7 @@ def test_shipped_recipes_resolve_and_chain_compatible_models(target):
         if name not in ("smoke", "mini", "curriculum"):  # these start below Path-64
             assert stages["finetune"].config.task == target
             assert stages["pretrain"].config.task == "pathfinder64"
+        if name == f"{target}-transfer":
             assert stages["pretrain"].config.preset == "path64-pretrain"  # shared between the targets
 
 
@@ -487,7 +488,7 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
 
     runs = str(tmp_path / "runs")
     assert main(["transfer", "--target", "pathx", "--preset", "nope", "--runs", runs]) == 2
-    expected = "no transfer recipe 'nope' for target pathx; available: pathx-transfer, mini, curriculum, smoke"
+    expected = "no transfer recipe 'nope' for target pathx; available: pathx-transfer, mini, curriculum, smoke, cpu"
     assert expected in capsys.readouterr().err
     assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", "bogus:epochs=1"]) == 2
     assert "no stage 'bogus'" in capsys.readouterr().err
