@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from lra.records import RECORD_NAME, read_record
-from lra.table.format import is_missing, parse_seq_len
+from lra.seq_len import parse_seq_len
+from lra.table.format import is_missing
 from lra.table.variants import variants
 
 # Columns the tables read from run records (missing ones are added as empty).
