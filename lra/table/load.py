@@ -2,7 +2,7 @@
 and plots compute with.
 
 Records are found in run trees (`<runs>/<task>/<attention>/<run id>/result.json`) and in folders of
-committed records (`results/**/<anything>.json` holding a run record), so `--runs` takes either.
+committed records (`results/**/<anything>.json` holding a run record), so `--runs-dir` takes either.
 
 Derived columns:
 - `variant`: what distinguishes the run from other runs of its attention (lra.table.variants);
