@@ -3,7 +3,7 @@
 - Option names match exactly: no abbreviations (`--seed` is not taken for `--seeds`).
 - An unknown option is an error of the command that got it: that command's usage, the closest
   option names ("did you mean --preset?"), exit status 2. A mistyped command or choice gets the
-  closest valid one in its message too.
+  closest valid one in its message too, a comma-separated list the space-separated form.
 - A renamed option (`Parser.rename`) is accepted under its old name, hidden from the help, with one
   warning line naming the current one.
 
@@ -44,7 +44,7 @@ class Parser(argparse.ArgumentParser):
         return namespace, extras
 
     def _current_names(self, args: list[str]) -> list[str]:
-        """`args` with renamed options spelled as they are called now (one warning each)."""
+        """`args` with renamed options under their current names (one warning each)."""
         out = []
         for i, arg in enumerate(args):
             if arg == "--":
@@ -71,14 +71,30 @@ class Parser(argparse.ArgumentParser):
             words.append(arg)
         return "unrecognized arguments: " + " ".join(words)
 
+    def _get_value(self, action, arg_string):
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as err:
+            raise _with_hint(action, arg_string, err) from None
+
     def _check_value(self, action, value):
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as err:
-            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices or ()], n=1)
-            if not close:
-                raise
-            raise argparse.ArgumentError(action, f"{err.message}; did you mean {close[0]!r}?") from None
+            raise _with_hint(action, value, err) from None
+
+
+def _with_hint(action: argparse.Action, value, err: argparse.ArgumentError) -> argparse.ArgumentError:
+    """`err` with what the user probably meant: a space-separated list for a comma-separated one, or
+    the closest choice."""
+    text = str(value)
+    if action.nargs in ("+", "*") and "," in text:
+        items = " ".join(item for item in text.split(",") if item)
+        return argparse.ArgumentError(action, f"{err.message}; a list is space-separated: {items}")
+    close = difflib.get_close_matches(text, [str(c) for c in action.choices or ()], n=1)
+    if close:
+        return argparse.ArgumentError(action, f"{err.message}; did you mean {close[0]!r}?")
+    return err
 
 
 def _is_number(text: str) -> bool:
