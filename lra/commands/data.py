@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 
     gen = actions.add_parser("generate", help="generate ListOps or Pathfinder data into the cache layout")
     gen.add_argument("task", choices=GENERATORS, help=f"the data set to generate: {', '.join(GENERATORS)}")
-    gen.add_argument("--data-dir", default=None, help="data directory (default: $LRA_DATA or ./data)")
+    gen.add_argument("--data-dir", default=None, metavar="DIR", help="data directory (default: $LRA_DATA or ./data)")
     gen.add_argument("--n", type=int, default=None,
                      help="Pathfinder: total images, split 80/10/10 (default 200000, as the LRA release)")
     gen.add_argument("--n-train", type=int, default=None,
@@ -49,11 +49,11 @@ def add_parser(sub) -> None:
 
     check = actions.add_parser("check", help="say where a task's data would come from and check it loads")
     check.add_argument("task", choices=list(TASKS), help=f"LRA task: {', '.join(TASKS)}")
-    check.add_argument("--data-dir", default=None, help="data directory (default: $LRA_DATA or ./data)")
+    check.add_argument("--data-dir", default=None, metavar="DIR", help="data directory (default: $LRA_DATA or ./data)")
     check.add_argument("--source", choices=SOURCES, default="auto",
                        help="where the data comes from: auto (the first of the task's sources that is there), "
                             "official (the LRA release), generated, tfds or folder (default: auto)")
-    check.add_argument("--seq-len", type=seq_len, default=None,
+    check.add_argument("--seq-len", type=seq_len, default=None, metavar="N",
                        help="tokens per sequence, 4096 or 4K (default: the task's)")
     check.set_defaults(func=run)
 

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--format", choices=("markdown", "md", "csv", "latex", "tex"), default="markdown",
                         help="markdown / md (default), csv (tidy numeric rows, one per cell) or latex / tex "
                              "(booktabs)")
-    parser.add_argument("--out", type=Path, help="write to this file instead of the terminal "
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write to this file instead of the terminal "
                         "(csv with several tables: FILE-<table>.csv each)")
     parser.add_argument("--baseline", default="softmax", metavar="ATTENTION",
                         help="attention the speedups are relative to (default: softmax, the Transformer)")

@@ -37,8 +37,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="paper",
                         help="preset section of lra/presets/<task>.yaml: paper (the published setting), "
                              "smoke (tiny, CPU seconds), ... (default: paper)")
-    parser.add_argument("--runs-dir", default="runs", help="root of the run folders (default: runs)")
-    parser.add_argument("--data-dir", default=None, help="data root (default: $LRA_DATA, else ./data)")
+    parser.add_argument("--runs-dir", default="runs", metavar="DIR", help="root of the run folders (default: runs)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: $LRA_DATA, else ./data)")
     add_hardware_arguments(parser)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, e.g. model.dim=128 optim.lr=3e-4 attention.nb_features=64")
@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--task", required=True, help=f"LRA task: {', '.join(TASKS)}")
     parser.add_argument("--attention", required=True,
                         help=f"attention from the registry: {', '.join(ATTENTION_OPTIONS)}")
-    parser.add_argument("--seq-len", type=seq_len, default=None,
+    parser.add_argument("--seq-len", type=seq_len, default=None, metavar="N",
                         help="tokens per sequence, 4096 or 4K (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--resume", action="store_true",

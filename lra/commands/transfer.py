@@ -61,7 +61,7 @@ def add_parser(sub) -> None:
                         help="stop after this stage, e.g. --until finetune (no second fine-tune) or "
                              "--until pretrain; later stages are neither run nor planned")
     parser.add_argument("--runs-dir", default="runs", metavar="DIR", help="root of the run folders (default: runs)")
-    parser.add_argument("--data-dir", default=None, help="data root (default: the presets', usually data/)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: the presets', usually data/)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of every stage (default: 0)")
     add_hardware_arguments(parser)
     parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
