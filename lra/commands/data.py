@@ -71,7 +71,6 @@ def _positive(name: str, value: int | None) -> None:
 
 def _generate(args) -> int:
     from tasks import listops, pathfinder, pathfinder_gen, release
-    from tasks.registry import TASKS
 
     out = release.resolve_data_dir(args.data_dir)
     for name in ("n", "n_train", "n_val", "n_test"):
