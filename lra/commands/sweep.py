@@ -91,7 +91,7 @@ def _gpu_list(args) -> list[str] | None:
 def _split_overrides(args: argparse.Namespace) -> None:
     """`--attentions flash softmax model.dim=64`: the list options take every word up to the next
     option, so KEY=VALUE overrides written after them (as after `lra train`'s options) land in those
-    lists; move them to the overrides, and type the numeric lists."""
+    lists; move them to the overrides, type the numeric lists and refuse comma-separated GPUs."""
     moved = []
     for name in ("tasks", "attentions", "seq_lens", "seeds", "gpus"):
         values = getattr(args, name)
@@ -107,6 +107,9 @@ def _split_overrides(args: argparse.Namespace) -> None:
                 values = [parse_seq_len(v) for v in values]
             except ValueError as err:
                 raise ValueError(f"{flag}: {err}") from None
+        elif name == "gpus" and any("," in g for g in values):
+            items = " ".join(p for g in values for p in g.split(",") if p)
+            raise ValueError(f"{flag} {' '.join(values)}: a list is space-separated: {flag} {items}")
         elif name == "seeds":
             try:
                 values = [int(v) for v in values]
