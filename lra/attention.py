@@ -38,6 +38,7 @@ from baselines.performer import FeatureType, PerformerAttention, PerformerKernel
 from baselines.sdpa import SdpaAttention, SdpaBackendName, sdpa_backend_support
 from baselines.seeding import derive_seed
 from baselines.softmax import SoftmaxAttention
+from lra.attention_names import ATTENTION_OPTIONS
 from lra.coercion import coerce, type_name
 
 __all__ = [
@@ -324,6 +325,17 @@ _REGISTRY: dict[str, AttentionEntry] = {
         "BigBird-ITC (Zaheer et al. 2020) in plain PyTorch: block 64, window 3, first/last global, 3 random blocks",
     ),
 }
+
+
+def _check_names() -> None:
+    """The registry and `lra.attention_names` (what the command line is built from) agree."""
+    registered = {name: tuple(f.name for f in dataclasses.fields(e.options)) for name, e in _REGISTRY.items()}
+    if registered != ATTENTION_OPTIONS:
+        raise RuntimeError(f"lra.attention_names.ATTENTION_OPTIONS {ATTENTION_OPTIONS} differs from the registry's "
+                           f"attentions and options {registered}; update it")
+
+
+_check_names()
 
 
 # ----------------------------------------------------------------------------------------------

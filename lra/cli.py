@@ -1,7 +1,12 @@
 """The `lra` command: one sub-command per module in `lra/commands/`.
 
 Each command module exposes `add_parser(subparsers)` (registers its arguments and sets
-`func=run`) and `run(args) -> int`.
+`func=run`) and `run(args) -> int`. Building the parser imports no torch, Triton, Lightning,
+pandas or matplotlib (`lra.commands.parser`): a command imports what it needs when it runs.
+
+Option names follow one scheme in every command (docs/interfaces.md, "Command line"): the same
+flag for the same thing (`--runs-dir`, `--data-dir`, `--out` for what a command writes), a plural
+flag takes a space-separated list (`--tasks listops text`), a singular one exactly one value.
 """
 from __future__ import annotations
 
@@ -11,15 +16,41 @@ import signal
 import sys
 import threading
 
+from lra.commands.parser import Parser
+
 # Order is the order `lra --help` lists them in.
 COMMANDS = ("info", "data", "train", "eval", "sweep", "bench", "table", "plot", "transfer")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def version() -> str:
+    """The installed distribution's version, else the package's `__version__`."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("lra")
+    except metadata.PackageNotFoundError:
+        from lra import __version__
+
+        return __version__
+
+
+class PrintVersion(argparse.Action):
+    """`--version`: print `lra <version>` and exit 0 (the version is looked up only then)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"lra {version()}")
+        parser.exit()
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         prog="lra",
         description="Long Range Arena harness: exact (Flash) vs approximate attention.",
     )
+    parser.add_argument("--version", action=PrintVersion, help="print the version of lra and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:

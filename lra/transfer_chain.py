@@ -247,7 +247,7 @@ def _check_init_matches(stage: PlannedStage, source: PlannedStage) -> None:
     if recorded.get("source_run") != wanted or recorded.get("checkpoint") != stage.spec.init_checkpoint:
         raise ValueError(f"stage {stage.name!r} in {stage.run_dir} started from {recorded.get('source_run')} "
                          f"({recorded.get('checkpoint')} checkpoint), but the chain now starts it from {wanted} "
-                         f"({stage.spec.init_checkpoint} checkpoint); use another --runs folder or remove that run")
+                         f"({stage.spec.init_checkpoint} checkpoint); use another --runs-dir or remove that run")
 
 
 def _say(text: str) -> None:

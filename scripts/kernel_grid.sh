@@ -21,24 +21,24 @@ bench() {
   ${LRA:-lra} bench kernels --out "$OUT" --resume --warmup 10 --rep 50 "${budget[@]}" "$@"
 }
 
-LENGTHS=1k,2k,4k,8k,16k,32k,64k
+LENGTHS=(1k 2k 4k 8k 16k 32k 64k)
 
 # dense: d = 32, 64, 128, N = 1K-64K, every implementation
-bench --name dense --flex-dynamic --head-dims 32,64,128 --seq-lens "$LENGTHS" \
-  --sparse-layouts none --approx none
+bench --name dense --flex-dynamic --head-dims 32 64 128 --seq-lens "${LENGTHS[@]}" \
+  --sparse-layouts none --approx-attentions none
 
 # block-sparse vs FlexAttention with the identical block mask, and our dense kernel for the ratio
-bench --name block_sparse --flex-dynamic --impls ours --head-dims 32,64 --seq-lens "$LENGTHS" \
-  --sparse-layouts bigbird,local,butterfly --sparse-head-dims 32,64 --sparse-seq-lens "$LENGTHS" \
-  --approx none
+bench --name block_sparse --flex-dynamic --impls ours --head-dims 32 64 --seq-lens "${LENGTHS[@]}" \
+  --sparse-layouts bigbird local butterfly --sparse-head-dims 32 64 --sparse-seq-lens "${LENGTHS[@]}" \
+  --approx-attentions none
 
 # approximate baselines (Performer, Linformer, BigBird through the registry)
-bench --name approx --head-dims '' --sparse-layouts none \
-  --approx performer,linformer,bigbird --approx-seq-lens 1k,4k,16k --approx-head-dims 32,64
+bench --name approx --impls none --sparse-layouts none \
+  --approx-attentions performer linformer bigbird --approx-seq-lens 1k 4k 16k --approx-head-dims 32 64
 
 # attention dropout 0.1: ours against SDPA flash and cuDNN
-bench --name dropout --dropout 0.1 --impls ours,sdpa_flash,sdpa_cudnn --head-dims 32,64 \
-  --seq-lens 1k,4k,16k --sparse-layouts none --approx none
+bench --name dropout --dropout 0.1 --impls ours sdpa_flash sdpa_cudnn --head-dims 32 64 \
+  --seq-lens 1k 4k 16k --sparse-layouts none --approx-attentions none
 
 budget_spent && budget_stop
 ${LRA:-lra} plot kernels --kernels "$OUT/dense.csv" --out "$OUT"

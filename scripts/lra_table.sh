@@ -17,8 +17,8 @@ RUNS=$OUT/runs
 RUNS_PER_GPU=${RUNS_PER_GPU:-7}
 
 # data: ListOps (96,000 / 2,000 / 2,000 expressions) and Pathfinder-32 (200,000 hard images, 80/10/10)
-${LRA:-lra} data generate listops --out "$DATA"
-${LRA:-lra} data generate pathfinder32 --out "$DATA"
+${LRA:-lra} data generate listops --data-dir "$DATA"
+${LRA:-lra} data generate pathfinder32 --data-dir "$DATA"
 
 budget_spent && budget_stop
 budget=()
@@ -29,10 +29,10 @@ ${LRA:-lra} sweep --preset paper --tasks listops pathfinder32 \
   --runs-per-gpu "$RUNS_PER_GPU" "${budget[@]}" --runs-dir "$RUNS" --data-dir "$DATA" || sweep_rc=$?
 
 # tables and figures of what has completed (a partial table says n = completed seeds per cell)
-${LRA:-lra} table --runs "$RUNS" --out "$OUT/table.md"
-${LRA:-lra} table --runs "$RUNS" --format csv --out "$OUT/table.csv"
-${LRA:-lra} table --runs "$RUNS" --format latex --out "$OUT/table.tex"
-${LRA:-lra} plot --runs "$RUNS" --out "$OUT/plots"
+${LRA:-lra} table --runs-dir "$RUNS" --out "$OUT/table.md"
+${LRA:-lra} table --runs-dir "$RUNS" --format csv --out "$OUT/table.csv"
+${LRA:-lra} table --runs-dir "$RUNS" --format latex --out "$OUT/table.tex"
+${LRA:-lra} plot --runs-dir "$RUNS" --out "$OUT/plots"
 budget_spent && budget_stop
 # a failed or out-of-memory run is in its record and the tables; the sweep retries it when rerun
 (( sweep_rc == 0 )) || exit "$sweep_rc"

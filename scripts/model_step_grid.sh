@@ -43,5 +43,5 @@ shopt -s nullglob
 csvs=()
 for f in "$OUT"/*.csv; do csvs+=(--bench "$f"); done
 mkdir -p "$OUT/no-runs"
-${LRA:-lra} table efficiency --runs "$OUT/no-runs" "${csvs[@]}" --out "$OUT/efficiency.md"
+${LRA:-lra} table efficiency --runs-dir "$OUT/no-runs" "${csvs[@]}" --out "$OUT/efficiency.md"
 echo "model-step grid complete: $OUT" >&2

@@ -22,7 +22,7 @@ budget_start "${2:-}"
 [[ -n "$BUDGET_DEADLINE" ]] && export LRA_STOP_AT=$BUDGET_DEADLINE
 TARGETS=${TARGETS:-pathx path256}
 RUNS=$OUT/runs
-common=(--runs "$RUNS" --data-dir "${DATA:-$OUT/data}" --seed "${SEED:-0}")
+common=(--runs-dir "$RUNS" --data-dir "${DATA:-$OUT/data}" --seed "${SEED:-0}")
 [[ -n "${DEVICES:-}" ]] && common+=(--devices "$DEVICES")
 # shellcheck disable=SC2206  # EXTRA is a list of words on purpose
 overrides=(${EXTRA:-})
@@ -52,6 +52,6 @@ for target in $TARGETS; do
   transfer "$target" --from-scratch | tee "$OUT/$target-scratch-summary.md"
   transfer "$target" --estimate-cost | tee "$OUT/$target-cost.md"
 done
-${LRA:-lra} table accuracy --runs "$RUNS" --out "$OUT/accuracy.md"
-${LRA:-lra} plot curves --runs "$RUNS" --out "$OUT/plots"
+${LRA:-lra} table accuracy --runs-dir "$RUNS" --out "$OUT/accuracy.md"
+${LRA:-lra} plot curves --runs-dir "$RUNS" --out "$OUT/plots"
 echo "transfer chains complete: $OUT" >&2

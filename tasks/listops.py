@@ -254,7 +254,7 @@ class OfficialListOps(DataSource):
 
     def missing_help(self) -> str:
         return ("ListOps data not found: " + release.release_help(self.data_dir, "listops-1000/basic_{train,val,test}.tsv")
-                + f". Or let the built-in generator make it: lra data generate listops --out {self.data_dir} "
+                + f". Or let the built-in generator make it: lra data generate listops --data-dir {self.data_dir} "
                 "(source='generated').")
 
     def incomplete(self) -> str | None:
@@ -263,7 +263,7 @@ class OfficialListOps(DataSource):
         return release.incomplete_folder(
             self.data_dir, "listops-1000", FILES.values(), "the ListOps release folder",
             f"Unpack it again from {release.LRA_RELEASE_URL}, or use the generator: "
-            f"lra data generate listops --out {self.data_dir} (source='generated').")
+            f"lra data generate listops --data-dir {self.data_dir} (source='generated').")
 
     def load(self, split: str) -> TokenSplit:
         self.require()

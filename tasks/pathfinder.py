@@ -150,7 +150,7 @@ class OfficialPathfinder(DataSource):
     def missing_help(self) -> str:
         return (f"Pathfinder-{self.size} data not found: " + release.release_help(
             self.data_dir, f"pathfinder{self.size}/{self.subfolder}/{{imgs,metadata}}")
-            + f". Or generate it: lra data generate {task_for_size(self.size)} --out {self.data_dir} "
+            + f". Or generate it: lra data generate {task_for_size(self.size)} --data-dir {self.data_dir} "
             "(source='generated').")
 
     def incomplete(self) -> str | None:
@@ -161,7 +161,7 @@ class OfficialPathfinder(DataSource):
             return None
         return (f"the Pathfinder-{self.size} release folder {root / self.subfolder} is incomplete: missing "
                 f"metadata/ (an interrupted unpack?). Unpack it again from {release.LRA_RELEASE_URL}, or "
-                f"generate the data: lra data generate {task_for_size(self.size)} --out {self.data_dir} "
+                f"generate the data: lra data generate {task_for_size(self.size)} --data-dir {self.data_dir} "
                 "(source='generated').")
 
     def _cache_folder(self) -> Path:

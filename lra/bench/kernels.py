@@ -29,7 +29,6 @@ rewritten atomically after every cell, so a run cut short keeps what it measured
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import json
@@ -39,101 +38,18 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
+from lra.bench.kernel_options import DENSE_IMPLS, DTYPES, PASSES, K, add_arguments, wanted
 from lra.bench.resume import differences, earlier_runs
+from lra.commands.parser import Parser
 from lra.records import atomic_write_text
 
-K = 1024
 COLUMNS = ["impl", "pass", "seq_len", "head_dim", "batch", "heads", "dtype", "pattern", "density", "ms", "tflops",
            "extra_mem_gb", "status", "note"]
-DENSE_IMPLS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
-SPARSE_IMPLS = ("ours_sparse", "flex_sparse")
 ANCHORS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
-PASSES = ("fwd", "bwd", "fwd_bwd")
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
-# = kernels.layouts.BENCHMARK_LAYOUTS, spelled out so that the CLI parses without importing the kernels
-# (and Triton); tests/kernels/test_bench_report.py keeps the two equal
-SPARSE_LAYOUTS = ("bigbird", "local", "butterfly")
-APPROX = ("performer", "linformer", "bigbird", "softmax")
-DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-
-
-def _int_list(text: str) -> list[int]:
-    out = []
-    for part in str(text).split(","):
-        part = part.strip().lower()
-        if not part:
-            continue
-        scale = K if part.endswith("k") else 1
-        try:
-            out.append(int(float(part[:-1] if part.endswith("k") else part) * scale))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1k,4096; got {text!r}") from None
-    return out
-
-
-def _probability(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"{text}: a dropout probability must be in [0, 1)")
-    return value
-
-
-def _name_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        names = [n.strip() for n in text.split(",") if n.strip()]
-        bad = [n for n in names if n not in choices]
-        if bad:
-            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {', '.join(choices)}")
-        return names
-    return parse
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="results/kernels", help="output directory (default results/kernels)")
-    parser.add_argument("--name", default="kernels", help="file stem of <name>.csv/.md/.meta.json")
-    parser.add_argument("--seq-lens", type=_int_list, default=_int_list("1k,2k,4k,8k,16k,32k,64k"),
-                        help="dense sequence lengths (default 1k..64k)")
-    parser.add_argument("--head-dims", type=_int_list, default=[64, 32, 128], help="dense head dims, run in this order")
-    parser.add_argument("--impls", type=_name_list(DENSE_IMPLS), default=list(DENSE_IMPLS),
-                        help=f"dense implementations (default all: {','.join(DENSE_IMPLS)})")
-    parser.add_argument("--passes", type=_name_list(PASSES), default=list(PASSES), help="fwd,bwd,fwd_bwd")
-    parser.add_argument("--tokens", type=int, default=16 * K, help="B * N per cell (default 16384)")
-    parser.add_argument("--hidden", type=int, default=2048, help="H * d (default 2048)")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--causal", action="store_true", help="causal attention everywhere (default: not causal)")
-    parser.add_argument("--dropout", type=_probability, default=0.0,
-                        help="attention-probability dropout of the dense and block-sparse cells (ours, SDPA, "
-                             "softmax; FlexAttention has none: 'unsupported'); write such runs to their own --name")
-    parser.add_argument("--sparse-layouts", type=_name_list(SPARSE_LAYOUTS + ("none",)), default=list(SPARSE_LAYOUTS),
-                        help="block-sparse layouts ('none' skips the sparse part)")
-    parser.add_argument("--sparse-seq-lens", type=_int_list, default=_int_list("1k,2k,4k,8k,16k,32k,64k"))
-    parser.add_argument("--sparse-head-dims", type=_int_list, default=[64, 32])
-    parser.add_argument("--sparse-impls", type=_name_list(SPARSE_IMPLS), default=list(SPARSE_IMPLS))
-    parser.add_argument("--block-size", type=int, default=128, help="layout block size of the sparse part")
-    parser.add_argument("--approx", type=_name_list(APPROX + ("none",)), default=list(APPROX),
-                        help="approximate baselines from lra.attention ('none' skips them)")
-    parser.add_argument("--approx-seq-lens", type=_int_list, default=_int_list("1k,4k,16k"))
-    parser.add_argument("--approx-head-dims", type=_int_list, default=[64, 32])
-    parser.add_argument("--flex-dynamic", action="store_true",
-                        help="compile FlexAttention with dynamic=True (one compile per head dim instead of per shape)")
-    parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms")
-    parser.add_argument("--rep", type=float, default=100.0, help="do_bench repetition time, ms")
-    parser.add_argument("--time-budget", type=float, default=None,
-                        help="seconds; start no new cell after this (what was measured is kept)")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the rows of an existing <out>/<name>.csv and measure only the missing cells "
-                             "(and those that failed with an error); a file measured with other settings (dtype, "
-                             "causal, dropout, --tokens, --hidden, block size, GPU, tiles) is refused")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="CSV",
-                        help="measure nothing: merge these benchmark CSVs (later files win on the same cell) into "
-                             "<out>/<name>.csv/.md/.meta.json, keeping each part's provenance; needs no GPU")
-    parser.add_argument("--tiles", default=None,
-                        help="JSON files (comma-separated) from `python -m kernels.tuning --out` whose best tiles "
-                             "replace the GPU table")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,11 +508,11 @@ def run(args) -> int:
     meta.update(kernels.kernel_settings())
     if args.tiles:
         meta["tiles_from"] = args.tiles
-        for path in args.tiles.split(","):
+        for path in args.tiles:
             for line in kernels.tiles.load_tuning(path):
                 print(line, flush=True)
     meta["tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d).as_list() for d in (16, 32, 64, 128)}
-    layouts_wanted = [x for x in args.sparse_layouts if x != "none"]
+    layouts_wanted = wanted(args.sparse_layouts)
     if layouts_wanted:  # the block-sparse table's entries, clamped to the block
         meta["sparse_tiles"] = {d: kernels.tiles.select(torch.device("cuda"), dtype, d, args.block_size).as_list()
                                 for d in sorted(set(args.sparse_head_dims))}
@@ -604,7 +520,8 @@ def run(args) -> int:
     started = time.perf_counter()
     # (impl, pass, d, pattern) -> smallest N that ran out of memory (in this run or the resumed one)
     oom_from: dict[tuple, int] = oom_lengths(report.rows)
-    flex = Flex(args.flex_dynamic) if {"flex"} & set(args.impls) or "flex_sparse" in args.sparse_impls else None
+    dense_impls = wanted(args.impls)
+    flex = Flex(args.flex_dynamic) if "flex" in dense_impls or "flex_sparse" in args.sparse_impls else None
     cells_left = 0
 
     def no_flex_dropout() -> None:
@@ -651,7 +568,7 @@ def run(args) -> int:
         H = args.hidden // d
         for N in args.seq_lens:
             B = max(1, args.tokens // N)
-            for impl in args.impls:
+            for impl in dense_impls:
                 if impl == "ours":
                     factory = lambda: (lambda q, k, v: kernels.flash_attention(  # noqa: E731
                         q, k, v, causal=args.causal, dropout_p=args.dropout))
@@ -692,7 +609,7 @@ def run(args) -> int:
                     measure_cell("flex_sparse", flex_factory, B, H, N, d, name, density, flop_density, note)
 
     # 3. approximate baselines
-    approx_wanted = [x for x in args.approx if x != "none"]
+    approx_wanted = wanted(args.approx_attentions)
     registry = None
     if approx_wanted:
         try:
@@ -723,7 +640,7 @@ def run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m lra.bench.kernels` — the same as `lra bench kernels`."""
-    parser = argparse.ArgumentParser(prog="lra bench kernels", description=__doc__.splitlines()[0])
+    parser = Parser(prog="lra bench kernels", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -46,17 +46,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lra.bench.model_options import LONG_ATTENTIONS, LONG_SEQ_LENS, MODES, PROFILE_STEPS, REGIMES, SEQ_LENS
 from lra.bench.resume import differences, earlier_runs
 from lra.records import atomic_write_text
 
-K = 1024
-SEQ_LENS = (1 * K, 2 * K, 4 * K, 8 * K, 16 * K)
-LONG_SEQ_LENS = (32 * K, 64 * K)
-# Attentions whose memory is linear in N (our kernels and the approximate baselines) also run LONG_SEQ_LENS.
-LONG_ATTENTIONS = ("flash", "flash_sparse", "performer", "linformer", "bigbird")
-REGIMES = {"paper": 256 * K, "small": 32 * K}
-MODES = ("eager", "compiled")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Attention options the benchmark uses unless --options says otherwise: the SDPA row is the cuDNN
 # back-end, the fastest fused attention PyTorch ships on Hopper (the issue's comparison point).
 DEFAULT_OPTIONS = {"cuda": {"sdpa": {"backend": "cudnn"}}, "cpu": {}}
@@ -73,54 +66,7 @@ DONE_STATUSES = ("ok", "oom", "unsupported")
 # provenance in the meta as `earlier_runs`.
 RESUME_SETTINGS = ("attention_dropout", "compile_mode", "grad_clip", "interleave")
 RESUME_META = ("device", "bench_device", "kernel_env", "model", "input")
-PROFILE_STEPS = 3
 PROFILE_ROWS = 30
-
-
-def add_arguments(parser) -> None:
-    parser.description = (__doc__ or "").split("\n\n")[0]
-    parser.add_argument("--attentions", nargs="+", metavar="NAME",
-                        help="attentions to measure (default: every registered one)")
-    parser.add_argument("--seq-lens", nargs="+", metavar="N",
-                        help="sequence lengths for every attention (default: 1K 2K 4K 8K 16K)")
-    parser.add_argument("--long-seq-lens", nargs="*", metavar="N",
-                        help="extra lengths for " + ", ".join(LONG_ATTENTIONS) +
-                             " (default: 32K 64K, or none when --seq-lens is given)")
-    parser.add_argument("--regimes", nargs="+", choices=list(REGIMES), default=list(REGIMES),
-                        help="batch regimes: paper = 256 x 1K tokens per batch, small = 32K (default: both)")
-    parser.add_argument("--tokens-per-batch", type=int, metavar="T",
-                        help="one custom regime with T tokens per batch instead of --regimes")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=None,
-                        help="eager and/or compiled (torch.compile); default: both on CUDA, eager on CPU")
-    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
-                        help="torch.compile mode of the compiled cells (reduce-overhead: CUDA graphs); a non-default "
-                             "mode is named in each compiled row's note — write such runs to their own --out")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per cell (median reported)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (compilation included)")
-    parser.add_argument("--options", nargs="+", default=[], metavar="ATTN.KEY=VALUE",
-                        help="attention options, e.g. sdpa.backend=cudnn flash_sparse.layout=butterfly")
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm as in training (0 = off)")
-    parser.add_argument("--out", type=Path, default=Path("results/bench-models.csv"), metavar="FILE.csv",
-                        help="CSV to write; FILE.md and FILE.meta.json go next to it")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the cells already in --out (ok/oom/unsupported) and measure only the rest; a file "
-                             "measured with other settings (tokens per batch, attention dropout, options, compile "
-                             "mode, device, kernel settings) is refused")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help=f"after timing each cell, profile {PROFILE_STEPS} more steps with torch.profiler and "
-                             "write DIR/<attention>_<regime>_<mode>_N<seq>.txt (operator tables by self CPU and GPU "
-                             "time) and .json.gz (Chrome/Perfetto trace)")
-    parser.add_argument("--interleave", action="store_true",
-                        help="measure the attentions of each (length, regime, mode) side by side: all models built "
-                             "and warmed up, then --rounds rounds of steps of each in turn, so that host-bound cells "
-                             "(small batch, 1K-4K) compare within the same time windows; peak memory is each model's own")
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="with --interleave: rounds of ceil(steps / rounds) steps per attention (default 5)")
-    parser.add_argument("--attention-dropout", type=float, default=0.1, metavar="P",
-                        help="attention-probability dropout of the model (default 0.1, the paper's); 0 isolates "
-                             "the cost of dropout — write such runs to their own --out")
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -161,15 +107,13 @@ def parse_options(items: list[str], attentions: list[str]) -> dict[str, dict[str
 
 def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dict]:
     """The grid of cells in the order they run, and the resolved settings."""
-    from lra.table import parse_seq_len
-
     attentions = list(args.attentions or registered)
     unknown = [a for a in attentions if a not in registered]
     if unknown:
         raise ValueError(f"unknown attention {unknown[0]!r}: registered are {', '.join(registered)}")
-    seq_lens = [parse_seq_len(n) for n in args.seq_lens] if args.seq_lens else list(SEQ_LENS)
+    seq_lens = list(args.seq_lens) if args.seq_lens else list(SEQ_LENS)
     if args.long_seq_lens is not None:
-        long_lens = [parse_seq_len(n) for n in args.long_seq_lens]
+        long_lens = list(args.long_seq_lens)
     else:
         long_lens = [] if args.seq_lens else list(LONG_SEQ_LENS)
     if args.tokens_per_batch is not None:

@@ -1,17 +1,20 @@
 """`lra data generate|check`: make ListOps / Pathfinder data sets, or check what a task would read.
 
-    lra data generate listops [--out DIR] [--n-train 96000 --n-val 2000 --n-test 2000] [--min-len 500 --max-len 2000]
-    lra data generate pathfinder32|pathfinder64|pathx|path256 [--out DIR] [--n 200000 | --n-train ...]
+    lra data generate listops [--data-dir DIR] [--n-train 96000 --n-val 2000 --n-test 2000] [--min-len 500 --max-len 2000]
+    lra data generate pathfinder32|pathfinder64|pathx|path256 [--data-dir DIR] [--n 200000 | --n-train ...]
                       [--difficulty easy|intermediate|hard] [--workers K] [--seed S] [--force]
     lra data check TASK [--data-dir DIR] [--source auto|official|generated|tfds|folder] [--seq-len N]
 
 Generated data land in the cache layout `tasks.build_datamodule` reads (DIR/generated/...), so a
 later `lra train --data-dir DIR` uses them. `generate` prints images/s (wall clock, and per worker
-from the CPU time of the chunks) — run it with a fresh --out to benchmark the generator.
+from the CPU time of the chunks) — run it with a fresh --data-dir to benchmark the generator.
 """
 from __future__ import annotations
 
 import time
+
+from lra.commands.parser import seq_len
+from tasks.registry import SOURCES, TASKS
 
 GENERATORS = ("listops", "pathfinder32", "pathfinder64", "pathx", "path256")
 
@@ -23,13 +26,16 @@ def add_parser(sub) -> None:
     actions.required = True
 
     gen = actions.add_parser("generate", help="generate ListOps or Pathfinder data into the cache layout")
-    gen.add_argument("task", choices=GENERATORS)
-    gen.add_argument("--out", default=None, help="data directory (default: $LRA_DATA or ./data)")
+    gen.add_argument("task", choices=GENERATORS, help=f"the data set to generate: {', '.join(GENERATORS)}")
+    gen.add_argument("--data-dir", default=None, metavar="DIR", help="data directory (default: $LRA_DATA or ./data)")
     gen.add_argument("--n", type=int, default=None,
                      help="Pathfinder: total images, split 80/10/10 (default 200000, as the LRA release)")
-    gen.add_argument("--n-train", type=int, default=None)
-    gen.add_argument("--n-val", type=int, default=None)
-    gen.add_argument("--n-test", type=int, default=None)
+    gen.add_argument("--n-train", type=int, default=None,
+                     help="training examples (default: ListOps 96000, Pathfinder 80%% of --n)")
+    gen.add_argument("--n-val", type=int, default=None,
+                     help="validation examples (default: ListOps 2000, Pathfinder 10%% of --n)")
+    gen.add_argument("--n-test", type=int, default=None,
+                     help="test examples (default: ListOps 2000, Pathfinder 10%% of --n)")
     gen.add_argument("--difficulty", default="hard",
                      help="Pathfinder contour length: easy (6), intermediate (9), hard (14, LRA's)")
     gen.add_argument("--min-len", type=int, default=None, help="ListOps: keep trees longer than this (500)")
@@ -38,13 +44,17 @@ def add_parser(sub) -> None:
     gen.add_argument("--seed", type=int, default=0,
                      help="generator seed (training runs read seed 0 unless told otherwise)")
     gen.add_argument("--force", action="store_true", help="rebuild even if the data set exists")
+    gen.rename("--out", "--data-dir")
     gen.set_defaults(func=run)
 
     check = actions.add_parser("check", help="say where a task's data would come from and check it loads")
-    check.add_argument("task")
-    check.add_argument("--data-dir", default=None, help="data directory (default: $LRA_DATA or ./data)")
-    check.add_argument("--source", default="auto")
-    check.add_argument("--seq-len", type=int, default=None)
+    check.add_argument("task", choices=list(TASKS), help=f"LRA task: {', '.join(TASKS)}")
+    check.add_argument("--data-dir", default=None, metavar="DIR", help="data directory (default: $LRA_DATA or ./data)")
+    check.add_argument("--source", choices=SOURCES, default="auto",
+                       help="where the data comes from: auto (the first of the task's sources that is there), "
+                            "official (the LRA release), generated, tfds or folder (default: auto)")
+    check.add_argument("--seq-len", type=seq_len, default=None, metavar="N",
+                       help="tokens per sequence, 4096 or 4K (default: the task's)")
     check.set_defaults(func=run)
 
 
@@ -61,9 +71,8 @@ def _positive(name: str, value: int | None) -> None:
 
 def _generate(args) -> int:
     from tasks import listops, pathfinder, pathfinder_gen, release
-    from tasks.registry import TASKS
 
-    out = release.resolve_data_dir(args.out)
+    out = release.resolve_data_dir(args.data_dir)
     for name in ("n", "n_train", "n_val", "n_test"):
         _positive(name.replace("_", "-"), getattr(args, name))
     if args.workers is not None and args.workers < 1:
@@ -133,7 +142,7 @@ def _check(args) -> int:
     if src.kind == "generated":
         if not cache.is_complete(src.folder()):
             print(f"  not generated yet: the first training run makes it (prepare_data), or run "
-                  f"`lra data generate {args.task} --out {src.data_dir}`")
+                  f"`lra data generate {args.task} --data-dir {src.data_dir}`")
             return 0
     dm.setup()
     for split in ("train", "val", "test"):

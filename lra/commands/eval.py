@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--split", choices=("test", "val"), default="test", help="default: test")
     parser.add_argument("--attention", default=None,
                         help="evaluate with another exact attention (e.g. sdpa for a flash run on a CPU)")
-    parser.add_argument("--data-dir", default=None, help="data root (default: the run's)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: the run's)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N examples of the split")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the run's")
     parser.add_argument("--devices", default=None, help="Lightning devices (default: 1)")

@@ -53,11 +53,8 @@ def run(args) -> int:
     records, bench = filtered_inputs(args)
     check_baseline(args.baseline, records, bench)
     kernels = plot.load_kernels(args.kernels)
-    if not kernels.empty:
-        from lra.table import parse_seq_len
-
-        if args.seq_len:
-            kernels = kernels[kernels["seq_len"].isin([parse_seq_len(n) for n in args.seq_len])]
+    if not kernels.empty and args.seq_lens:
+        kernels = kernels[kernels["seq_len"].isin(args.seq_lens)]
 
     results = []
     if "accuracy" in wanted:
@@ -67,14 +64,14 @@ def run(args) -> int:
     if "kernels" in wanted:
         results.append(plot.kernel_tflops(kernels, args.out))
     if "curves" in wanted:
-        results.extend(plot.training_curves(records, args.out, tasks=args.task, train=args.train))
+        results.extend(plot.training_curves(records, args.out, tasks=args.tasks, train=args.train))
     if "speedup" in wanted:
         from lra.table import load_bench
 
         speed = load_bench(args.speed) if args.speed else None
         results.append(plot.accuracy_vs_speedup(records, args.out, baseline=args.baseline, speed=speed))
     if "val_curves" in wanted:
-        results.extend(plot.validation_curves(records, args.out, tasks=args.task))
+        results.extend(plot.validation_curves(records, args.out, tasks=args.tasks))
 
     written = 0
     for result in results:
@@ -85,6 +82,6 @@ def run(args) -> int:
             written += 1
     if not written:
         print("lra plot: no figure written: none of the requested plots has data "
-              "(pass --runs DIR, --bench FILE or --kernels FILE)", file=sys.stderr)
+              "(pass --runs-dir DIR, --bench FILE or --kernels FILE)", file=sys.stderr)
         return 1
     return 0

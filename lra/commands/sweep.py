@@ -6,7 +6,10 @@ import sys
 import threading
 import time
 
+from lra.attention_names import ATTENTION_OPTIONS
 from lra.commands.train import add_run_arguments, attention_options_from_args
+from lra.seq_len import parse_seq_len
+from tasks.registry import TASKS
 
 EPILOG = """\
 examples:
@@ -28,11 +31,12 @@ def add_parser(sub) -> None:
                             description="Expand a grid of runs, print the plan, skip completed "
                                         "runs and train the rest, locally or on SLURM.",
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", required=True, metavar="TASK")
-    parser.add_argument("--attentions", nargs="+", required=True, metavar="ATTENTION")
+    parser.add_argument("--tasks", nargs="+", required=True, metavar="TASK", help=f"LRA tasks: {', '.join(TASKS)}")
+    parser.add_argument("--attentions", nargs="+", required=True, metavar="ATTENTION",
+                        help=f"attentions from the registry: {', '.join(ATTENTION_OPTIONS)}")
     parser.add_argument("--seq-lens", nargs="+", default=None, metavar="N",
-                        help="sequence lengths (default: each preset's)")
-    parser.add_argument("--seeds", nargs="+", default=[0], metavar="SEED")
+                        help="sequence lengths, 4096 or 4K (default: each preset's)")
+    parser.add_argument("--seeds", nargs="+", default=[0], metavar="SEED", help="random seeds (default: 0)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     parser.add_argument("--skip-failed", action="store_true",
                         help="do not retry runs whose record says failed or oom (interrupted runs still resume)")
@@ -46,22 +50,25 @@ def add_parser(sub) -> None:
                         help="local launcher: stop every run resumably M minutes from now (each saves "
                              "last.ckpt and records itself interrupted) and start no run after that; "
                              "the same command run again continues where this one stopped")
-    parser.add_argument("--gpus", default=None,
-                        help="GPU indices for --parallel, e.g. 0,1,2,3 (default: all visible GPUs)")
+    parser.add_argument("--gpus", nargs="+", default=None, metavar="GPU",
+                        help="GPUs for --parallel, as CUDA_VISIBLE_DEVICES names them, e.g. 0 1 2 3 "
+                             "(default: all visible GPUs)")
     parser.add_argument("--heartbeat", type=float, default=60.0, metavar="SECONDS",
                         help="local launcher without a terminal: every SECONDS, one line per running run "
                              "with its latest validation (step, val_acc) from its train.log (default 60; 0: off)")
-    parser.add_argument("--launcher", choices=("local", "slurm"), default="local")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                        help="local: train on this machine; slurm: one job per run (default: local)")
     slurm = parser.add_argument_group("SLURM (--launcher slurm)")
     slurm.add_argument("--slurm-backend", choices=("auto", "submitit", "sbatch"), default="auto",
                        help="submitit when installed (pip install 'lra[slurm]'), else sbatch scripts")
-    slurm.add_argument("--slurm-partition", default=None)
-    slurm.add_argument("--slurm-account", default=None)
+    slurm.add_argument("--slurm-partition", default=None, help="partition of the jobs (default: the cluster's)")
+    slurm.add_argument("--slurm-account", default=None, help="account the jobs are charged to (default: yours)")
     slurm.add_argument("--slurm-time", type=int, default=240, metavar="MINUTES", help="time limit per run")
     slurm.add_argument("--slurm-gpus-per-node", type=int, default=1,
                        help="GPUs (= DDP processes) per node for each run")
-    slurm.add_argument("--slurm-cpus-per-task", type=int, default=8)
-    slurm.add_argument("--slurm-mem-gb", type=int, default=None)
+    slurm.add_argument("--slurm-cpus-per-task", type=int, default=8, help="CPU cores per process (default 8)")
+    slurm.add_argument("--slurm-mem-gb", type=int, default=None,
+                       help="memory per node in GB (default: the partition's)")
     slurm.add_argument("--slurm-setup", action="append", default=[], metavar="LINE",
                        help="shell line to run in the job before training (repeatable), "
                             "e.g. 'source .venv/bin/activate'")
@@ -73,10 +80,7 @@ def add_parser(sub) -> None:
 
 def _gpu_list(args) -> list[str] | None:
     if args.gpus is not None:
-        gpus = [g.strip() for g in str(args.gpus).split(",") if g.strip()]
-        if not gpus:
-            raise ValueError(f"--gpus: expected indices like 0,1; got {args.gpus!r}")
-        return gpus
+        return list(args.gpus)
     import torch
 
     if torch.cuda.is_available():
@@ -87,9 +91,9 @@ def _gpu_list(args) -> list[str] | None:
 def _split_overrides(args: argparse.Namespace) -> None:
     """`--attentions flash softmax model.dim=64`: the list options take every word up to the next
     option, so KEY=VALUE overrides written after them (as after `lra train`'s options) land in those
-    lists; move them to the overrides, and type the numeric lists."""
+    lists; move them to the overrides, type the numeric lists and refuse comma-separated GPUs."""
     moved = []
-    for name in ("tasks", "attentions", "seq_lens", "seeds"):
+    for name in ("tasks", "attentions", "seq_lens", "seeds", "gpus"):
         values = getattr(args, name)
         if values is None:
             continue
@@ -98,7 +102,15 @@ def _split_overrides(args: argparse.Namespace) -> None:
         flag = "--" + name.replace("_", "-")
         if not values:
             raise ValueError(f"{flag}: expected at least one value before the KEY=VALUE overrides")
-        if name in ("seq_lens", "seeds"):
+        if name == "seq_lens":
+            try:
+                values = [parse_seq_len(v) for v in values]
+            except ValueError as err:
+                raise ValueError(f"{flag}: {err}") from None
+        elif name == "gpus" and any("," in g for g in values):
+            items = " ".join(p for g in values for p in g.split(",") if p)
+            raise ValueError(f"{flag} {' '.join(values)}: a list is space-separated: {flag} {items}")
+        elif name == "seeds":
             try:
                 values = [int(v) for v in values]
             except ValueError:

@@ -5,6 +5,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from lra.commands.parser import Parser, seq_len
+
 TABLES = ("record", "accuracy", "efficiency")
 DEFAULT_TABLES = ("record",)
 FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}
@@ -25,7 +27,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--format", choices=("markdown", "md", "csv", "latex", "tex"), default="markdown",
                         help="markdown / md (default), csv (tidy numeric rows, one per cell) or latex / tex "
                              "(booktabs)")
-    parser.add_argument("--out", type=Path, help="write to this file instead of the terminal "
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write to this file instead of the terminal "
                         "(csv with several tables: FILE-<table>.csv each)")
     parser.add_argument("--baseline", default="softmax", metavar="ATTENTION",
                         help="attention the speedups are relative to (default: softmax, the Transformer)")
@@ -35,10 +37,11 @@ def add_parser(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def add_source_arguments(parser) -> None:
-    parser.add_argument("--runs", "--runs-dir", action="append", type=Path, metavar="DIR",
+def add_source_arguments(parser: Parser) -> None:
+    parser.add_argument("--runs-dir", action="append", type=Path, metavar="DIR",
                         help="run tree (**/result.json) or folder of committed run records (results/**/*.json), "
                              "or one record file (repeatable; default: runs)")
+    parser.rename("--runs", "--runs-dir")
     parser.add_argument("--bench", action="append", type=Path, default=[], metavar="FILE",
                         help="CSV written by `lra bench models`, for the efficiency views (repeatable)")
     parser.add_argument("--speed", action="append", type=Path, default=[], metavar="FILE",
@@ -47,21 +50,24 @@ def add_source_arguments(parser) -> None:
                              "timings (repeatable)")
 
 
-def add_filter_arguments(parser) -> None:
-    parser.add_argument("--task", nargs="+", metavar="TASK", help="only these tasks")
-    parser.add_argument("--attention", nargs="+", metavar="NAME", help="only these attentions")
-    parser.add_argument("--seq-len", nargs="+", metavar="N", help="only these sequence lengths (4096 or 4K)")
-    parser.add_argument("--preset", nargs="+", metavar="PRESET", help="only runs of these presets")
+def add_filter_arguments(parser: Parser) -> None:
+    parser.add_argument("--tasks", nargs="+", metavar="TASK", help="only these tasks")
+    parser.add_argument("--attentions", nargs="+", metavar="NAME", help="only these attentions")
+    parser.add_argument("--seq-lens", nargs="+", type=seq_len, metavar="N",
+                        help="only these sequence lengths (4096 or 4K)")
+    parser.add_argument("--presets", nargs="+", metavar="PRESET", help="only runs of these presets")
+    for old in ("--task", "--attention", "--seq-len", "--preset"):
+        parser.rename(old, old + "s")
 
 
 def load_records(args):
-    """Run records under --runs (default runs/), corrupt files reported on stderr and skipped."""
+    """Run records under --runs-dir (default runs/), corrupt files reported on stderr and skipped."""
     from lra.table import load_run_records
 
-    roots = args.runs or [Path("runs")]
+    roots = args.runs_dir or [Path("runs")]
     for root in roots:
-        if not root.exists() and args.runs:
-            raise FileNotFoundError(f"--runs {root}: no such folder")
+        if not root.exists() and args.runs_dir:
+            raise FileNotFoundError(f"--runs-dir {root}: no such folder")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = load_run_records(*[r for r in roots if r.exists()]) if any(r.exists() for r in roots) else None
@@ -73,14 +79,14 @@ def load_records(args):
 
 
 def filtered_inputs(args):
-    """(records, bench) after the --task/--attention/--seq-len/--preset filters."""
+    """(records, bench) after the --tasks/--attentions/--seq-lens/--presets filters."""
     from lra import table
 
     records = load_records(args)
     bench = table.load_bench(args.bench)
-    filters = dict(task=args.task, attention=args.attention, seq_len=args.seq_len, preset=args.preset)
+    filters = dict(task=args.tasks, attention=args.attentions, seq_len=args.seq_lens, preset=args.presets)
     records = table.filter_frame(records, **filters) if not records.empty else records
-    bench = table.filter_frame(bench, attention=args.attention, seq_len=args.seq_len) if not bench.empty else bench
+    bench = table.filter_frame(bench, attention=args.attentions, seq_len=args.seq_lens) if not bench.empty else bench
     return records, bench
 
 
@@ -106,16 +112,14 @@ def run(args) -> int:
     unknown = [t for t in wanted if t not in TABLES]
     if unknown:
         raise ValueError(f"unknown table {unknown[0]!r}: choose from {', '.join(TABLES)}")
-    for seq_len in args.seq_len or []:
-        table.parse_seq_len(seq_len)
     if args.out is not None and args.out.is_dir():
         raise ValueError(f"--out {args.out}: is a folder; give a file name, e.g. {args.out / 'table.md'}")
     records, bench = filtered_inputs(args)
     check_baseline(args.baseline, records, bench)
     if records.empty and bench.empty:
-        where = ", ".join(str(r) for r in (args.runs or [Path("runs")]))
+        where = ", ".join(str(r) for r in (args.runs_dir or [Path("runs")]))
         print(f"lra table: nothing to tabulate: no run records under {where}"
-              + (" match the filters" if any([args.task, args.attention, args.seq_len, args.preset]) else "")
+              + (" match the filters" if any([args.tasks, args.attentions, args.seq_lens, args.presets]) else "")
               + " and no --bench CSV (run `lra train` / `lra sweep`, or `lra bench models`)", file=sys.stderr)
         return 1
 
@@ -133,7 +137,7 @@ def run(args) -> int:
     for name in wanted:
         if name == "record":
             summary = table.record_summary(records, published, baseline=args.baseline, speed=speed,
-                                           tasks=args.task, attentions=args.attention)
+                                           tasks=args.tasks, attentions=args.attentions)
             sections = table.record_sections(summary, published, records, baseline=args.baseline)
         elif name == "accuracy":
             summary = table.accuracy_summary(records, published, baseline=args.baseline)

@@ -4,6 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lra.attention_names import ATTENTION_OPTIONS, option_users
+from lra.commands.parser import seq_len
+from tasks.registry import TASKS
+
 EPILOG = """\
 overrides are `section.key=value` pairs, e.g.
   model.dim=128 model.depth=4 optim.lr=3e-4 optim.schedule=cosine train.max_steps=2000
@@ -16,19 +20,6 @@ attention options can also be given as --attention.<option> VALUE (see `lra info
 exit status: 0 completed, 1 the run failed or ran out of memory (its result.json says why),
 2 bad input (nothing was run).
 """
-
-
-def _attention_option_names() -> dict[str, list[str]]:
-    """{option: [attentions that take it]} for the --attention.<option> flags."""
-    try:
-        from lra import attention
-    except Exception:  # noqa: BLE001 - a broken registry must not break `lra --help`
-        return {}
-    out: dict[str, list[str]] = {}
-    for name, options in attention.available().items():
-        for option in options:
-            out.setdefault(option, []).append(name)
-    return out
 
 
 def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,12 +37,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="paper",
                         help="preset section of lra/presets/<task>.yaml: paper (the published setting), "
                              "smoke (tiny, CPU seconds), ... (default: paper)")
-    parser.add_argument("--runs-dir", default="runs", help="root of the run folders (default: runs)")
-    parser.add_argument("--data-dir", default=None, help="data root (default: $LRA_DATA, else ./data)")
+    parser.add_argument("--runs-dir", default="runs", metavar="DIR", help="root of the run folders (default: runs)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: $LRA_DATA, else ./data)")
     add_hardware_arguments(parser)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, e.g. model.dim=128 optim.lr=3e-4 attention.nb_features=64")
-    for option, users in sorted(_attention_option_names().items()):
+    for option, users in option_users().items():
         parser.add_argument(f"--attention.{option}", dest=f"attention_option__{option}", default=None,
                             metavar="VALUE", help=f"attention option ({', '.join(users)})")
 
@@ -68,12 +59,11 @@ def add_parser(sub) -> None:
         description="Train one LRA model, test it on its best validation checkpoint and write "
                     "runs/<task>/<attention>/<run-id>/result.json.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", required=True, help="LRA task, e.g. listops, text, retrieval, image, "
-                                                      "pathfinder32, pathfinder64, pathx, path256")
+    parser.add_argument("--task", required=True, help=f"LRA task: {', '.join(TASKS)}")
     parser.add_argument("--attention", required=True,
-                        help="attention from the registry, e.g. flash, flash_sparse, softmax, sdpa, "
-                             "performer, linformer, bigbird")
-    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
+                        help=f"attention from the registry: {', '.join(ATTENTION_OPTIONS)}")
+    parser.add_argument("--seq-len", type=seq_len, default=None, metavar="N",
+                        help="tokens per sequence, 4096 or 4K (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run's last.ckpt (a completed run is left as it is)")
@@ -89,6 +79,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
                         help="how many runs share this GPU (set by `lra sweep --runs-per-gpu`); recorded "
                              "beside the measured throughput, which speed tables take from solo runs only")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config (preset <- overrides <- options) as YAML and exit; "
+                             "trains nothing, reads no data")
     add_run_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -125,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
                               seq_len=args.seq_len)
     if args.init_from:
         config.train.init_from = args.init_from
+    if args.print_config:
+        sys.stdout.write(config.to_yaml())
+        return 0
     try:
         record = train(config, resume=args.resume, force=args.force, progress_bar=args.progress,
                        runs_per_gpu=args.runs_per_gpu)

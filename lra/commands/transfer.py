@@ -62,9 +62,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--until", metavar="STAGE", default=None,
                         help="stop after this stage, e.g. --until finetune (no second fine-tune) or "
                              "--until pretrain; later stages are neither run nor planned")
-    parser.add_argument("--runs", "--runs-dir", dest="runs", default="runs", metavar="DIR",
-                        help="root of the run folders (default: runs)")
-    parser.add_argument("--data-dir", default=None, help="data root (default: the presets', usually data/)")
+    parser.add_argument("--runs-dir", default="runs", metavar="DIR", help="root of the run folders (default: runs)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: the presets', usually data/)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of every stage (default: 0)")
     add_hardware_arguments(parser)
     parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
@@ -72,7 +71,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the stages and their state; run nothing")
     parser.add_argument("--estimate-cost", action="store_true",
                         help="print the GPU-hours of the recipe from measured step times (the stages' own "
-                             "records, other records under --runs, or --step-ms); trains nothing")
+                             "records, other records under --runs-dir, or --step-ms); trains nothing")
     parser.add_argument("--step-ms", action="append", default=[], metavar="STAGE=MS",
                         help="measured training-step time of a stage for --estimate-cost (repeatable)")
     parser.add_argument("--train-examples", action="append", default=[], metavar="TASK=N",
@@ -80,6 +79,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--no-table", dest="table", action="store_false", help="do not print the tables at the end")
     parser.add_argument("overrides", nargs="*", metavar="[STAGE:]KEY=VALUE",
                         help="overrides for every stage, or one stage with a STAGE: prefix")
+    parser.rename("--runs", "--runs-dir")
     parser.set_defaults(func=run)
 
 
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
     recipe = transfer_recipe.load_recipe(args.target, args.preset or f"{args.target}-transfer")
     options = transfer_chain.ChainOptions(attention=args.attention, pretrain_attention=args.pretrain_attention,
-                                    seed=args.seed, runs_dir=args.runs, data_dir=args.data_dir,
+                                    seed=args.seed, runs_dir=args.runs_dir, data_dir=args.data_dir,
                                     overrides=list(args.overrides), devices=args.devices,
                                     num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile)
     _check_attentions(options)
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         print(title)
         print(transfer_chain.describe_plan(stages))
         if args.estimate_cost:
-            _print_cost(stages, step_ms, Path(args.runs))
+            _print_cost(stages, step_ms, Path(args.runs_dir))
         elif missing:
             print(f"(step counts need the training-split sizes of {', '.join(missing)}: they are counted when the "
                   f"data is prepared, or pass --train-examples TASK=N)")
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         print("\nlra transfer: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     if args.table:
-        _print_tables(recipe, stages, Path(args.runs))
+        _print_tables(recipe, stages, Path(args.runs_dir))
     return 0
 
 
@@ -223,7 +223,7 @@ def _print_cost(stages, step_ms: dict, runs: Path) -> None:
           "ms/val = ms/step / accumulated batches / 3 unless measured; without prepared data, val batches follow the split fractions")
     transfer_cost.print_table(transfer_cost.estimate_cost(rows))
     if commands:
-        print("\nstages without a measured step time; measure them (then rerun with --runs runs-measure, or "
+        print("\nstages without a measured step time; measure them (then rerun with --runs-dir runs-measure, or "
               "pass --step-ms STAGE=MS from the result.json's step_time_ms):")
         print("\n".join(commands))
 
@@ -238,7 +238,7 @@ def _print_tables(recipe, stages, runs: Path) -> None:
     # next to the published numbers.
     presets = sorted({s.preset for s in [*recipe.stages, *([recipe.scratch] if recipe.scratch else [])]})
     tasks = sorted({s.task for s in [*recipe.stages, *([recipe.scratch] if recipe.scratch else [])]})
-    argv = ["table", "accuracy", "--runs", str(runs), "--task", *tasks, "--preset", *presets]
+    argv = ["table", "accuracy", "--runs-dir", str(runs), "--tasks", *tasks, "--presets", *presets]
     print()
     sys.stdout.flush()
     try:

@@ -15,8 +15,8 @@ Standard deviations are sample standard deviations over seeds (ddof=1), so one s
 from lra.table.accuracy import accuracy_sections, accuracy_summary
 from lra.table.bench import BENCH_COLUMNS, load_bench, load_bench_frame, read_csv_file
 from lra.table.efficiency import EFFICIENCY_COLUMNS, efficiency_sections, efficiency_summary
-from lra.table.format import (NO_VALUE, format_duration, format_rate, format_seq_len, is_missing,
-                              parse_seq_len)
+from lra.seq_len import parse_seq_len
+from lra.table.format import NO_VALUE, format_duration, format_rate, format_seq_len, is_missing
 from lra.table.load import filter_frame, load_run_records, normalise_records
 from lra.table.record import RECORD_COLUMNS, record_sections, record_summary
 from lra.table.render import FORMATS, Section, latex_escape, render, to_csv

@@ -161,7 +161,7 @@ def accuracy_sections(summary: pd.DataFrame, published: pd.DataFrame | None = No
     """Display table: per attention a row of ours, then each paper's numbers and our Δ to them."""
     if summary.empty:
         return [Section("Accuracy", pd.DataFrame(), ["No run records match (run `lra train` or `lra sweep` first, "
-                                                     "or point --runs at the folder holding them)."])]
+                                                     "or point --runs-dir at the folder holding them)."])]
     published = published if published is not None else pd.DataFrame(columns=["id", "source"])
     papers = pub.sources(published)
     summary = summary.copy()

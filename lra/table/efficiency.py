@@ -128,7 +128,7 @@ def efficiency_sections(summary: pd.DataFrame, baseline: str = "softmax") -> lis
     """One display table per setting: rows (attention, metric), columns sequence lengths."""
     if summary.empty:
         return [Section("Efficiency", pd.DataFrame(), [
-            "No run records or model-benchmark CSVs match (pass --runs DIR and/or --bench FILE from `lra bench models`)."])]
+            "No run records or model-benchmark CSVs match (pass --runs-dir DIR and/or --bench FILE from `lra bench models`)."])]
     return [_setting_section(setting, group, baseline) for setting, group in summary.groupby("setting", sort=False)]
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pandas as pd
@@ -27,17 +26,6 @@ def plain(value):
 
 def int_or(value, default: int) -> int:
     return default if is_missing(value) else int(value)
-
-
-def parse_seq_len(text: str | int) -> int:
-    """'1K' / '16k' -> 1024 / 16384; '1000' -> 1000."""
-    if isinstance(text, (int, np.integer)):
-        return int(text)
-    match = re.fullmatch(r"\s*(\d+)\s*([kK]?)\s*", str(text))
-    if not match:
-        raise ValueError(f"bad sequence length {text!r}: use a number of tokens (4096) or a multiple of 1K (4K)")
-    value = int(match.group(1))
-    return value * 1024 if match.group(2) else value
 
 
 def format_seq_len(n) -> str:

@@ -2,7 +2,7 @@
 and plots compute with.
 
 Records are found in run trees (`<runs>/<task>/<attention>/<run id>/result.json`) and in folders of
-committed records (`results/**/<anything>.json` holding a run record), so `--runs` takes either.
+committed records (`results/**/<anything>.json` holding a run record), so `--runs-dir` takes either.
 
 Derived columns:
 - `variant`: what distinguishes the run from other runs of its attention (lra.table.variants);
@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from lra.records import RECORD_NAME, read_record
-from lra.table.format import is_missing, parse_seq_len
+from lra.seq_len import parse_seq_len
+from lra.table.format import is_missing
 from lra.table.variants import variants
 
 # Columns the tables read from run records (missing ones are added as empty).

@@ -1,26 +1,30 @@
 """`lra bench kernels` bookkeeping that runs without a GPU: arguments, FLOPs, Markdown, summary."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pandas as pd
 import pytest
 
+from lra.bench import kernel_options
 from lra.bench import kernels as bench
+from lra.commands.parser import Parser
 
 
 def _parser():
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
+    parser = Parser(prog="lra bench kernels")
+    kernel_options.add_arguments(parser)
     return parser
 
 
 def test_arguments_parse_lengths_and_names():
-    args = _parser().parse_args(["--seq-lens", "1k,4096", "--impls", "ours,flex", "--passes", "fwd"])
+    args = _parser().parse_args(["--seq-lens", "1k", "4096", "--impls", "ours", "flex", "--passes", "fwd"])
     assert args.seq_lens == [1024, 4096] and args.impls == ["ours", "flex"] and args.passes == ["fwd"]
-    with pytest.raises(SystemExit):
-        _parser().parse_args(["--impls", "ours,nope"])
+    for bad in (["--impls", "ours", "nope"], ["--seq-lens", "1k,4k"], ["--impls"]):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(bad)
+    args = _parser().parse_args(["--impls", "none", "--approx-attentions", "none"])
+    assert kernel_options.wanted(args.impls) == [] and kernel_options.wanted(args.approx_attentions) == []
 
 
 def test_flops_follow_the_flashattention_convention():
@@ -137,7 +141,7 @@ def test_merge_reports_keeps_every_cell_once_and_each_parts_provenance(tmp_path)
 def test_sparse_layout_names_are_the_kernels_benchmark_layouts():
     from kernels import layouts
 
-    assert bench.SPARSE_LAYOUTS == layouts.BENCHMARK_LAYOUTS
+    assert kernel_options.SPARSE_LAYOUTS == layouts.BENCHMARK_LAYOUTS
 
 
 def test_causal_block_sparse_flops_count_the_blocks_on_and_below_the_diagonal():
@@ -185,8 +189,8 @@ def fake_gpu(monkeypatch):
 
 
 def _dense_args(tmp_path, *extra):
-    return _parser().parse_args(["--out", str(tmp_path), "--name", "k", "--seq-lens", "1k,2k,4k", "--head-dims", "64",
-                                 "--impls", "ours", "--passes", "fwd", "--sparse-layouts", "none", "--approx", "none",
+    return _parser().parse_args(["--out", str(tmp_path), "--name", "k", "--seq-lens", "1k", "2k", "4k", "--head-dims", "64",
+                                 "--impls", "ours", "--passes", "fwd", "--sparse-layouts", "none", "--approx-attentions", "none",
                                  *extra])
 
 
@@ -209,12 +213,12 @@ def test_resume_measures_errors_again_and_refuses_other_settings(tmp_path, fake_
     assert meta["resumed_rows"] == 2 and len(meta["earlier_runs"]) == 1
     # a resumed run does not try longer lengths after an OOM recorded by the earlier run
     calls.clear()
-    assert bench.run(_dense_args(tmp_path, "--resume", "--seq-lens", "1k,2k,4k,8k")) == 0
+    assert bench.run(_dense_args(tmp_path, "--resume", "--seq-lens", "1k", "2k", "4k", "8k")) == 0
     assert calls == []
     df = pd.read_csv(tmp_path / "k.csv").set_index("seq_len")
     assert df.loc[8192, "status"] == "oom" and "N=4096" in df.loc[8192, "note"]
     # a finished run resumed under a time budget is complete, not "incomplete"
-    assert bench.run(_dense_args(tmp_path, "--resume", "--seq-lens", "1k,2k,4k,8k", "--time-budget", "0")) == 0
+    assert bench.run(_dense_args(tmp_path, "--resume", "--seq-lens", "1k", "2k", "4k", "8k", "--time-budget", "0")) == 0
     assert "incomplete" not in json.loads((tmp_path / "k.meta.json").read_text())
     # causal rows (or another dtype, B*N, ...) are not the cells of this file: refused, nothing rewritten
     before = (tmp_path / "k.csv").read_text()

@@ -1,5 +1,4 @@
 """`lra bench models`: the grid it plans, a real tiny CPU run, OOM handling and resume."""
-import argparse
 import json
 import math
 
@@ -8,14 +7,15 @@ import pytest
 import torch
 
 from lra import table
-from lra.bench import models
+from lra.bench import model_options, models
+from lra.commands.parser import Parser
 
 TINY = ["--seq-lens", "64", "128", "--tokens-per-batch", "512", "--steps", "3", "--warmup", "1"]
 
 
 def parse(*argv):
-    parser = argparse.ArgumentParser(prog="lra bench models")
-    models.add_arguments(parser)
+    parser = Parser(prog="lra bench models")
+    model_options.add_arguments(parser)
     return parser.parse_args([str(a) for a in argv])
 
 
@@ -49,8 +49,9 @@ def test_plan_options_and_errors():
         models.plan(parse("--attentions", "nope"), REGISTERED, "cpu")
     with pytest.raises(ValueError, match="expected ATTENTION.OPTION=VALUE"):
         models.plan(parse("--options", "backend=math"), REGISTERED, "cpu")
-    with pytest.raises(ValueError, match="bad sequence length"):
-        models.plan(parse("--seq-lens", "1M"), REGISTERED, "cpu")
+    with pytest.raises(SystemExit):
+        parse("--seq-lens", "1M")
+    assert parse("--seq-lens", "1K", "2048").seq_lens == [1024, 2048]
     _, settings = models.plan(parse("--attention-dropout", "0"), REGISTERED, "cpu")
     assert settings["attention_dropout"] == 0.0 and models.paper_model_config(0.0).attention_dropout == 0.0
     with pytest.raises(ValueError, match="--attention-dropout must be in"):

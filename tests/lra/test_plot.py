@@ -1,12 +1,11 @@
 """`lra plot`: every figure is written (PNG + PDF, non-empty) from synthetic data; absent data is skipped."""
-import argparse
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from lra import plot
-from lra.commands import plot as plot_command
+from lra.cli import build_parser
 from lra.records import write_record
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -68,9 +67,7 @@ def write_kernels(path: Path) -> Path:
 
 
 def run_cli(*argv):
-    parser = argparse.ArgumentParser(prog="lra")
-    plot_command.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["plot", *map(str, argv)])
+    args = build_parser().parse_args(["plot", *map(str, argv)])
     return args.func(args)
 
 
@@ -83,11 +80,11 @@ def assert_figure(path_stem: Path):
 def test_all_plots_written(tmp_path, capsys):
     runs = write_runs(tmp_path / "runs")
     out = tmp_path / "figs"
-    code = run_cli("accuracy", "efficiency", "kernels", "--out", out, "--runs", runs,
+    code = run_cli("accuracy", "efficiency", "kernels", "--out", out, "--runs-dir", runs,
                    "--bench", write_bench(tmp_path / "bench.csv"), "--kernels", write_kernels(tmp_path / "kernels.csv"))
     assert code == 0
     # Training curves: one figure per task; the task trained at three lengths (a facet per length) is enough here.
-    assert run_cli("curves", "--out", out, "--runs", runs, "--task", "text") == 0
+    assert run_cli("curves", "--out", out, "--runs-dir", runs, "--tasks", "text") == 0
     for name in ("accuracy_vs_throughput", "efficiency_bench", "efficiency_runs", "kernel_tflops", "curves_text"):
         assert_figure(out / name)
     assert not (out / "curves_listops.png").exists()
@@ -104,7 +101,7 @@ def test_all_plots_written(tmp_path, capsys):
 def test_absent_data_is_skipped_not_fatal(tmp_path, capsys):
     empty = tmp_path / "runs"
     empty.mkdir()
-    assert run_cli("--out", tmp_path / "figs", "--runs", empty) == 1
+    assert run_cli("--out", tmp_path / "figs", "--runs-dir", empty) == 1
     err = capsys.readouterr().err
     for name in ("accuracy_vs_throughput", "efficiency_bench", "efficiency_runs", "kernel_tflops", "training_curves",
                  "accuracy_vs_speedup", "validation_curves"):
@@ -114,7 +111,7 @@ def test_absent_data_is_skipped_not_fatal(tmp_path, capsys):
     kernels = tmp_path / "k.csv"
     pd.DataFrame([{"impl": "flash", "pass": "fwd", "seq_len": 1024, "head_dim": 64, "tflops": None,
                    "status": "oom"}]).to_csv(kernels, index=False)
-    assert run_cli("kernels", "--out", tmp_path / "figs", "--runs", empty, "--kernels", kernels) == 1
+    assert run_cli("kernels", "--out", tmp_path / "figs", "--runs-dir", empty, "--kernels", kernels) == 1
     assert "no successful (status ok) rows" in capsys.readouterr().err
 
 
@@ -123,7 +120,7 @@ def test_corrupt_record_is_reported_and_skipped(tmp_path, capsys):
     bad = runs / "listops" / "flash" / "torn" / "result.json"
     bad.parent.mkdir(parents=True)
     bad.write_text("{\n  \"task\": \"listops\",\n")
-    assert run_cli("curves", "--out", tmp_path / "figs", "--runs", runs, "--task", "listops") == 0
+    assert run_cli("curves", "--out", tmp_path / "figs", "--runs-dir", runs, "--tasks", "listops") == 0
     err = capsys.readouterr().err
     assert "skipping corrupt run record" in err and str(bad) in err
     assert_figure(tmp_path / "figs" / "curves_listops")
@@ -196,7 +193,7 @@ def test_memory_axes_read_in_plain_numbers_and_throughput_in_engineering_units()
 def test_accuracy_vs_speedup_and_validation_curves(tmp_path, capsys):
     runs = write_runs(tmp_path / "runs")
     out = tmp_path / "figs"
-    assert run_cli("speedup", "val_curves", "--out", out, "--runs", runs) == 0
+    assert run_cli("speedup", "val_curves", "--out", out, "--runs-dir", runs) == 0
     for name in ("accuracy_vs_speedup", "val_curves_listops", "val_curves_pathfinder32", "val_curves_text"):
         assert_figure(out / name)
     # the validation band: mean and sample std over the two seeds at each step (curves of write_runs)
@@ -222,7 +219,7 @@ def test_speedup_plot_leaves_out_runs_that_shared_a_gpu(tmp_path, capsys):
         record = json.loads(path.read_text())
         record["sharing"] = {"runs_per_gpu": 4}
         path.write_text(json.dumps(record))
-    assert run_cli("speedup", "accuracy", "--out", tmp_path / "figs", "--runs", runs) == 1
+    assert run_cli("speedup", "accuracy", "--out", tmp_path / "figs", "--runs-dir", runs) == 1
     err = capsys.readouterr().err
     assert "skipped accuracy_vs_speedup: no completed runs with a speed-up over softmax" in err
     assert "skipped accuracy_vs_throughput: no completed run records with test accuracy and training throughput " \

@@ -1,5 +1,4 @@
 """`lra table accuracy|efficiency`: tables from synthetic run records, checked against hand-computed values."""
-import argparse
 import io
 import json
 import math
@@ -10,7 +9,7 @@ import pytest
 
 from lra import published as pub
 from lra import table
-from lra.commands import table as table_command
+from lra.cli import build_parser
 from lra.records import write_record
 
 PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "results" / "published"
@@ -251,45 +250,43 @@ def test_compile_mode_names_the_setting_and_older_files_read_as_default(tmp_path
 
 
 def run_cli(*argv):
-    parser = argparse.ArgumentParser(prog="lra")
-    table_command.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["table", *map(str, argv)])
+    args = build_parser().parse_args(["table", *map(str, argv)])
     return args.func(args)
 
 
 def test_every_format_renders(runs, tmp_path, capsys):
     bench = bench_csv(tmp_path / "bench.csv")
-    assert run_cli("accuracy", "efficiency", "--runs", runs, "--bench", bench) == 0
+    assert run_cli("accuracy", "efficiency", "--runs-dir", runs, "--bench", bench) == 0
     out, err = capsys.readouterr()
     assert "## Accuracy (test %)" in out and "## Efficiency — model benchmark: paper batch, eager" in out
     assert "skipping corrupt run record" in err and "broken/result.json" in err  # reported, with path; not fatal
 
-    assert run_cli("accuracy", "--runs", runs, "--format", "latex") == 0
+    assert run_cli("accuracy", "--runs-dir", runs, "--format", "latex") == 0
     out = capsys.readouterr().out
     assert r"\begin{tabular}" in out and r"38.0 $\pm$ 2.0 (n=3)" in out and r"\bottomrule" in out
 
-    assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
+    assert run_cli("accuracy", "--runs-dir", runs, "--format", "csv") == 0
     frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
     row = frame[(frame["attention"] == "flash") & (frame["task"] == "listops")].iloc[0]
     assert row["mean"] == pytest.approx(38.0) and row["std"] == pytest.approx(2.0) and row["n"] == 3
 
     out_file = tmp_path / "tables" / "lra.csv"
-    assert run_cli("accuracy", "efficiency", "--runs", runs, "--bench", bench, "--format", "csv", "--out", out_file) == 0
+    assert run_cli("accuracy", "efficiency", "--runs-dir", runs, "--bench", bench, "--format", "csv", "--out", out_file) == 0
     efficiency = pd.read_csv(tmp_path / "tables" / "lra-efficiency.csv")
     assert set(efficiency["kind"]) == {"runs", "bench"}
     assert (tmp_path / "tables" / "lra-accuracy.csv").stat().st_size > 0
 
     md_file = tmp_path / "tables" / "lra.md"
-    assert run_cli("efficiency", "--bench", bench, "--runs", runs, "--out", md_file) == 0
+    assert run_cli("efficiency", "--bench", bench, "--runs-dir", runs, "--out", md_file) == 0
     assert md_file.read_text().startswith("## Efficiency")
 
 
 def test_filters(runs, capsys):
-    assert run_cli("accuracy", "--runs", runs, "--task", "listops", "--attention", "flash", "softmax",
+    assert run_cli("accuracy", "--runs-dir", runs, "--tasks", "listops", "--attentions", "flash", "softmax",
                    "--format", "csv") == 0
     frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert set(frame["task"]) == {"listops", "avg", "speedup"} and set(frame["attention"]) == {"flash", "softmax"}
-    assert run_cli("accuracy", "--runs", runs, "--seq-len", "16K", "--format", "csv") == 0
+    assert run_cli("accuracy", "--runs-dir", runs, "--seq-lens", "16K", "--format", "csv") == 0
     frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert set(frame["task"]) == {"pathx"}
     assert table.parse_seq_len("4k") == 4096 and table.parse_seq_len("1000") == 1000
@@ -301,31 +298,31 @@ def test_bad_input_is_one_clear_error(tmp_path, runs, capsys):
     kernels = tmp_path / "kernels.csv"
     pd.DataFrame([{"impl": "flash", "pass": "fwd", "seq_len": 1024, "tflops": 1.0}]).to_csv(kernels, index=False)
     with pytest.raises(ValueError, match=r"kernels\.csv is a `lra bench kernels` CSV"):
-        run_cli("--runs", runs, "--bench", kernels)
+        run_cli("--runs-dir", runs, "--bench", kernels)
     with pytest.raises(FileNotFoundError, match="benchmark CSV not found"):
-        run_cli("--runs", runs, "--bench", tmp_path / "nope.csv")
+        run_cli("--runs-dir", runs, "--bench", tmp_path / "nope.csv")
     with pytest.raises(ValueError, match="unknown table 'speed'"):
-        run_cli("speed", "--runs", runs)
+        run_cli("speed", "--runs-dir", runs)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert run_cli("--runs", empty) == 1
+    assert run_cli("--runs-dir", empty) == 1
     assert "nothing to tabulate" in capsys.readouterr().err
 
 
 def test_out_folder_and_unknown_baseline_are_clear_errors(tmp_path, runs, capsys):
     # --out naming a folder is one clear error (not an IsADirectoryError from os.replace).
     with pytest.raises(ValueError, match="--out .*: is a folder; give a file name"):
-        run_cli("--runs", runs, "--out", tmp_path)
+        run_cli("--runs-dir", runs, "--out", tmp_path)
     assert not list(tmp_path.glob(".*.tmp"))
     # A misspelt --baseline is an error naming the attentions, not a table of empty ("–") speedups.
     with pytest.raises(ValueError, match="--baseline 'Softmax': no such attention; available: .*softmax"):
-        run_cli("--runs", runs, "--baseline", "Softmax")
-    assert run_cli("efficiency", "--runs", runs, "--baseline", "flash") == 0  # a real one still works
+        run_cli("--runs-dir", runs, "--baseline", "Softmax")
+    assert run_cli("efficiency", "--runs-dir", runs, "--baseline", "flash") == 0  # a real one still works
     assert "vs flash" in capsys.readouterr().out
     # Several tables as CSV on the terminal would be several CSVs in one stream, parseable as none.
     with pytest.raises(ValueError, match="--format csv on the terminal prints one table"):
-        run_cli("record", "accuracy", "--runs", runs, "--format", "csv")
-    assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
+        run_cli("record", "accuracy", "--runs-dir", runs, "--format", "csv")
+    assert run_cli("accuracy", "--runs-dir", runs, "--format", "csv") == 0
 
 
 def test_formatting_helpers():
@@ -338,7 +335,7 @@ def test_formatting_helpers():
 def test_a_record_with_a_non_numeric_result_is_reported_and_skipped(runs, capsys):
     # A hand-edited "test_acc": "0.37" (valid JSON) is reported, not silently left out of the tables.
     record(runs, "listops", "linformer", 0, acc=0.5, test_acc="0.37")
-    assert run_cli("accuracy", "--runs", runs, "--format", "csv") == 0
+    assert run_cli("accuracy", "--runs-dir", runs, "--format", "csv") == 0
     out, err = capsys.readouterr()
     assert "skipping corrupt run record" in err and "listops/linformer/paper-n1024-s0/result.json" in err
     assert "'test_acc' is '0.37', expected a number or null" in err

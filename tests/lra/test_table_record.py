@@ -1,5 +1,4 @@
 """`lra table` (record): the LRA table of record from synthetic run records, one test per rule."""
-import argparse
 import io
 import json
 import math
@@ -10,7 +9,7 @@ import pytest
 
 from lra import published as pub
 from lra import table
-from lra.commands import table as table_command
+from lra.cli import build_parser
 
 PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "results" / "published"
 LISTOPS_DATA = {"source": "generated", "id": "aaaaaaaaaaaa", "description": "ListOps generator v1, 96k/2k/2k",
@@ -226,9 +225,7 @@ def test_older_records_without_data_or_sharing_still_load(tmp_path, published):
 
 
 def run_cli(*argv):
-    parser = argparse.ArgumentParser(prog="lra")
-    table_command.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["table", *map(str, argv)])
+    args = build_parser().parse_args(["table", *map(str, argv)])
     return args.func(args)
 
 
@@ -240,7 +237,7 @@ def test_cli_formats_parse(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("## LRA table of record") and "| 38.0 ± 2.0" in out and "not run here" in out
 
-    assert run_cli("--runs", runs, "--format", "csv") == 0
+    assert run_cli("--runs-dir", runs, "--format", "csv") == 0
     frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert list(frame.columns) == table.RECORD_COLUMNS
     flash = frame[(frame["task"] == "listops") & (frame["attention"] == "flash")].iloc[0]
@@ -248,7 +245,7 @@ def test_cli_formats_parse(tmp_path, capsys):
     assert set(frame[frame["n"] == 0]["task"]) == {"text", "retrieval", "image", "pathfinder32", "pathx", "path256"}
 
     out_file = tmp_path / "record.tex"
-    assert run_cli("record", "--runs", runs, "--format", "tex", "--out", out_file) == 0
+    assert run_cli("record", "--runs-dir", runs, "--format", "tex", "--out", out_file) == 0
     latex = out_file.read_text()
     assert latex.count(r"\begin{tabular}") == 1 and r"\toprule" in latex and r"\bottomrule" in latex
     head, body = latex.split(r"\midrule")[0], latex.split(r"\midrule")[1].split(r"\bottomrule")[0]
@@ -257,7 +254,7 @@ def test_cli_formats_parse(tmp_path, capsys):
         table.load_run_records(runs)))[0].table.columns) - 1 for line in body.strip().splitlines())
 
     md_file = tmp_path / "record.md"
-    assert run_cli("--runs", runs, "--format", "md", "--out", md_file) == 0
+    assert run_cli("--runs-dir", runs, "--format", "md", "--out", md_file) == 0
     assert md_file.read_text().startswith("## LRA table of record")
 
 
@@ -275,9 +272,9 @@ def test_folders_of_committed_records_are_read(tmp_path, capsys):
         records = table.load_run_records(committed.parent)
     assert sorted(Path(p).name for p in records["path"]) == ["listops_flash_paper_h200.json",
                                                               "result_flash_paper-s1.json"]
-    assert run_cli("--runs", committed.parent, "--format", "csv") == 0
+    assert run_cli("--runs-dir", committed.parent, "--format", "csv") == 0
     captured = capsys.readouterr()
     frame = pd.read_csv(io.StringIO(captured.out))
     assert frame[frame["task"] == "listops"]["n"].iloc[0] == 2 and "result_torn.json" in captured.err
-    assert run_cli("--runs", committed / "result_flash_paper-s1.json", "--format", "csv") == 0  # one file
+    assert run_cli("--runs-dir", committed / "result_flash_paper-s1.json", "--format", "csv") == 0  # one file
     assert pd.read_csv(io.StringIO(capsys.readouterr().out))["n"].max() == 1

@@ -777,12 +777,12 @@ def test_non_finite_config_values_are_refused_before_the_run(tmp_path, capsys, o
 
 def test_a_diverging_run_is_recorded_diverged_and_skipped_by_skip_failed(tmp_path, capsys):
     runs, data = tmp_path / "runs", tmp_path / "data"
-    args = ["--preset", "smoke", "--seq-len", "64", "--runs-dir", str(runs), "--data-dir", str(data), *FAST,
+    args = ["--preset", "smoke", "--runs-dir", str(runs), "--data-dir", str(data), *FAST,
             "optim.lr=1e12", "optim.grad_clip=0", "optim.warmup_steps=0"]
-    code = main(["train", "--task", "listops", "--attention", "softmax", *args])
+    code = main(["train", "--task", "listops", "--attention", "softmax", "--seq-len", "64", *args])
     assert code == 1
     rec = only_record(runs)
     assert rec["status"] == "diverged" and "not finite" in rec["error"]
     capsys.readouterr()
-    code = main(["sweep", "--tasks", "listops", "--attentions", "softmax", "--skip-failed", *args])
+    code = main(["sweep", "--tasks", "listops", "--attentions", "softmax", "--seq-lens", "64", "--skip-failed", *args])
     assert "skipped" in capsys.readouterr().out and only_record(runs)["status"] == "diverged"

@@ -487,34 +487,34 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
     from lra.cli import main
 
     runs = str(tmp_path / "runs")
-    assert main(["transfer", "--target", "pathx", "--preset", "nope", "--runs", runs]) == 2
+    assert main(["transfer", "--target", "pathx", "--preset", "nope", "--runs-dir", runs]) == 2
     expected = "no transfer recipe 'nope' for target pathx; available: pathx-transfer, mini, curriculum, smoke, cpu"
     assert expected in capsys.readouterr().err
-    assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", "bogus:epochs=1"]) == 2
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--dry-run", "bogus:epochs=1"]) == 2
     assert "no stage 'bogus'" in capsys.readouterr().err
-    assert main(["transfer", "--target", "pathx", "--runs", runs, "--estimate-cost", "--step-ms", "nope=3"]) == 2
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--estimate-cost", "--step-ms", "nope=3"]) == 2
     capsys.readouterr()
     # Sizes that cannot be a training split, or name a task the recipe never trains on, were taken
     # silently (a negative size planned "x 1 = 200 steps"; a misspelt task was ignored).
     for bad, message in ((["--train-examples", "pathfinder64=-5"], "pathfinder64=-5: the training split needs"),
                          (["--train-examples", "pathfinder46=1000"], "no stage of this recipe trains on 'pathfinder46'"),
                          (["--step-ms", "pretrain=0"], "--step-ms pretrain=0: a step time must be > 0")):
-        assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", *bad]) == 2
+        assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--dry-run", *bad]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
 
     sizes = ["--train-examples", "pathfinder64=160000", "--train-examples", "pathx=160000"]
-    assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", *sizes]) == 0
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--dry-run", *sizes]) == 0
     out = capsys.readouterr().out
     assert "[1/3] pretrain   new     pathfinder64/flash preset path64-pretrain, 200 epochs x 625 = 125,000" in out
     assert "[3/3] finetune2  new     pathx/flash preset pathx-transfer-ft2" in out and "from finetune (best)" in out
-    assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", "--until", "finetune", *sizes]) == 0
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--dry-run", "--until", "finetune", *sizes]) == 0
     out = capsys.readouterr().out
     assert "[2/2] finetune" in out and "finetune2" not in out
-    assert main(["transfer", "--target", "pathx", "--runs", runs, "--dry-run", "--until", "finetune3", *sizes]) == 2
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--dry-run", "--until", "finetune3", *sizes]) == 2
     assert "--until 'finetune3': no such stage in this chain; stages: pretrain, finetune, finetune2" in capsys.readouterr().err
 
-    assert main(["transfer", "--target", "pathx", "--runs", runs, "--estimate-cost", *sizes,
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--estimate-cost", *sizes,
                  "--step-ms", "pretrain=36", "--step-ms", "finetune=90", "--step-ms", "finetune2=90"]) == 0
     out = capsys.readouterr().out
     total = [line for line in out.splitlines() if line.startswith("| total")][0]
@@ -522,7 +522,7 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
     expected = (125_000 * (36 + 90 + 90) + 200 * 79 * (36 + 90 + 90) / 3) / 3.6e6
     assert f"{expected:.3g}" in total
     # a stage without a step time gets the command that measures it, on the same data folder
-    assert main(["transfer", "--target", "pathx", "--runs", runs, "--estimate-cost", *sizes,
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--estimate-cost", *sizes,
                  "--data-dir", str(tmp_path / "my data")]) == 0
     out = capsys.readouterr().out
     assert out.count(f"--data-dir '{tmp_path / 'my data'}'") == 3 and "runs-measure" in out

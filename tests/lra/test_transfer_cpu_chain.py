@@ -34,7 +34,7 @@ def check_init(run: Path, *, stage: str, source: Path, checkpoint: str, factor: 
 @pytest.mark.slow  # 30-40 s on two shared CPU cores
 def test_cpu_recipes_run_path64_to_pathx_and_path256(tmp_path, capsys):
     runs, data = tmp_path / "runs", tmp_path / "data"
-    common = ["--runs", str(runs), "--data-dir", str(data), "--no-progress", "--no-table"]
+    common = ["--runs-dir", str(runs), "--data-dir", str(data), "--no-progress", "--no-table"]
     assert main(["transfer", "--target", "pathx", "--preset", "cpu", *common]) == 0
     assert main(["transfer", "--target", "path256", "--preset", "cpu", *common]) == 0
     out = capsys.readouterr().out

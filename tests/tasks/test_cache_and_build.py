@@ -1,7 +1,6 @@
 """Atomic keyed caches, resumable image fills, build_datamodule's contract and `lra data`."""
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 import pytest
@@ -105,26 +104,25 @@ def test_data_dir_default_from_env(tmp_path, monkeypatch, write_listops):
 
 
 def _cli(argv):
-    from lra.commands import data
-    parser = argparse.ArgumentParser()
-    data.add_parser(parser.add_subparsers())
-    args = parser.parse_args(argv)
+    from lra.cli import build_parser
+
+    args = build_parser().parse_args(argv)
     return args.func(args)
 
 
 def test_cli_generate_and_check(tmp_path, capsys):
-    assert _cli(["data", "generate", "pathfinder32", "--n", "20", "--workers", "1", "--out", str(tmp_path)]) == 0
+    assert _cli(["data", "generate", "pathfinder32", "--n", "20", "--workers", "1", "--data-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "16/2/2 images" in out and "images/s per worker" in out
-    assert _cli(["data", "generate", "pathfinder32", "--n", "20", "--workers", "1", "--out", str(tmp_path)]) == 0
+    assert _cli(["data", "generate", "pathfinder32", "--n", "20", "--workers", "1", "--data-dir", str(tmp_path)]) == 0
     assert "nothing generated" in capsys.readouterr().out
     assert _cli(["data", "generate", "listops", "--n-train", "30", "--n-val", "5", "--n-test", "5",
-                 "--min-len", "10", "--max-len", "60", "--workers", "1", "--out", str(tmp_path)]) == 0
+                 "--min-len", "10", "--max-len", "60", "--workers", "1", "--data-dir", str(tmp_path)]) == 0
     assert "30/5/5 examples" in capsys.readouterr().out
     assert _cli(["data", "check", "pathfinder32", "--data-dir", str(tmp_path)]) == 0
     assert "not generated yet" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--n is for Pathfinder"):
-        _cli(["data", "generate", "listops", "--n", "5", "--out", str(tmp_path)])
+        _cli(["data", "generate", "listops", "--n", "5", "--data-dir", str(tmp_path)])
 
 
 def test_cli_check_official(tmp_path, capsys, write_aan):
