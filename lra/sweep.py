@@ -4,12 +4,14 @@ A sweep is only a grid over run configs plus a launcher:
 - `plan_sweep` resolves every (task, seq_len, attention, seed) cell to its `RunConfig` and run
   folder (the same deterministic run id `lra train` computes) and classifies it: `new`, `resume`
   (an interrupted run with a last.ckpt), `retry` (a failed/oom record), `done` (a completed record:
-  skipped), or `invalid` (the combination cannot run, e.g. a sequence too short for BigBird's
-  pattern; recorded as a failed run with the reason, without starting anything).
+  skipped), `invalid` (the combination cannot run, e.g. a sequence too short for BigBird's
+  pattern; recorded as a failed run with the reason, without starting anything), or `running`
+  (another process trains it now: it holds the run folder's lock; left alone).
 - `run_local` runs the cells as `python -m lra train ... --resume` subprocesses, K at a time, each
   pinned to its own GPU through CUDA_VISIBLE_DEVICES, with its output in `<run>/train.log`; a run
   that dies without writing its record (killed, crashed interpreter) gets a `failed` record with
-  the end of its log. Failures and OOMs never stop the sweep.
+  the end of its log. Failures and OOMs never stop the sweep. Each child dies with the sweep
+  (SIGTERM when the sweep's process ends, however it ends), so a killed sweep leaves no orphans.
 - `run_slurm` submits one cluster job per cell: through submitit when it is installed (the
   `slurm` extra), otherwise as generated sbatch scripts (submitted with `sbatch` when available).
   Multi-GPU / multi-node runs use Lightning's DDP inside the job (`--devices`, `--num-nodes`).
@@ -34,12 +36,16 @@ from typing import Callable
 
 from lra.callbacks import STOP_AT_ENV
 from lra.config import RunConfig, RunLocation, resolve
+from lra import run_lock
 from lra.records import RECORD_NAME, read_record, write_record
 
-STATES = ("new", "resume", "retry", "done", "invalid", "skipped")
+STATES = ("new", "resume", "retry", "done", "invalid", "skipped", "running")
+# A cell whose run folder another trainer holds (`lra.run_lock`): left to it, neither trained nor recorded.
+ELSEWHERE = "running elsewhere"
 # How the error of a run stopped by Ctrl-C or $LRA_STOP_AT begins (`lra.train._error_text`, and
 # `run_local` for a run interrupted before it could record itself): such runs are resumed.
 INTERRUPTED = "interrupted"
+FINAL = ("completed", "failed", "oom", "diverged", INTERRUPTED)  # the statuses a run ends with
 
 
 @dataclass
@@ -124,6 +130,9 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
 
 
 def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:
+    held_by = run_lock.holder(run_dir)
+    if held_by is not None:
+        return "running", f"{ELSEWHERE} ({held_by})"
     record_path = run_dir / RECORD_NAME
     last = run_dir / "checkpoints" / "last.ckpt"
     status = error = None
@@ -228,12 +237,37 @@ def latest_progress(log_path: Path) -> str | None:
     return None
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+try:  # resolved here, not in the forked child (no dynamic loading between fork and exec)
+    import ctypes
+
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (ImportError, OSError, AttributeError):  # not Linux: children are not tied to the sweep
+    _prctl = None
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child receive SIGTERM when the sweep dies, even by SIGKILL
+    (`subprocess` lacks such an option). The child's Lightning run then stops as on a cluster's time
+    limit: last.ckpt, record `interrupted`. The signal comes when the thread that started the child
+    ends; `run_local`'s threads wait for their child, so that is the sweep's death."""
+    if _prctl is None:
+        return None
+
+    def preexec() -> None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the sweep died before the line above: follow it now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 def _default_runner(argv: list[str], env: dict, log_path: Path) -> int:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"\n$ {shlex.join(argv)}\n")
         log.flush()
-        return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL).returncode
+        return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              preexec_fn=_die_with_parent(os.getpid())).returncode
 
 
 def gpu_slots(parallel: int, gpus: list[str] | None, runs_per_gpu: int = 1) -> list[str | None]:
@@ -273,11 +307,30 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
     lock = threading.Lock()
     outcomes: list[Outcome] = []
 
+    def finished(outcome: Outcome) -> Outcome:
+        with lock:
+            outcomes.append(outcome)
+            if on_done:
+                on_done(outcome)
+        return outcome
+
+    def elsewhere(run: PlannedRun, held_by: str, seconds: float = 0.0, gpu=None) -> Outcome:
+        record = None
+        try:
+            record = read_record(run.record_path)
+        except (OSError, ValueError):
+            pass
+        return finished(Outcome(run, "running", seconds, gpu, record, f"{ELSEWHERE} ({held_by})"))
+
     def one(run: PlannedRun) -> Outcome | None:
         gpu = slots.get()
         if deadline is not None and time.time() >= deadline:
             slots.put(gpu)
             return None  # out of time: the run stays as planned and starts on the next sweep
+        held_by = run_lock.holder(run.run_dir)
+        if held_by is not None:  # another trainer took it since the plan was made
+            slots.put(gpu)
+            return elsewhere(run, held_by)
         try:
             env = dict(os.environ)
             if deadline is not None:
@@ -303,7 +356,10 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
             pass
         status = record.get("status") if record else None
         note = ""
-        if status not in ("completed", "failed", "oom", "diverged", INTERRUPTED):
+        held_by = run_lock.holder(run.run_dir) if status not in FINAL else None
+        if held_by is not None:  # the child found the run folder taken by another trainer and left it
+            return elsewhere(run, held_by, seconds, gpu)
+        if status not in FINAL:
             # The run died before it could record itself (exit 2 on bad input, killed, crashed).
             tail = _log_tail(log_path)
             status = "failed"
@@ -316,12 +372,7 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
             else:
                 write_status_record(run.config, status, error)
             record = read_record(run.record_path)
-        outcome = Outcome(run, status, seconds, gpu, record, note)
-        with lock:
-            outcomes.append(outcome)
-            if on_done:
-                on_done(outcome)
-        return outcome
+        return finished(Outcome(run, status, seconds, gpu, record, note))
 
     with ThreadPoolExecutor(max_workers=len(slot_list)) as pool:
         list(pool.map(one, todo))

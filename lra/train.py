@@ -9,10 +9,13 @@ atomically: `running` when training starts, then `completed`, `failed` (with the
 $LRA_STOP_AT (Unix seconds) stops a run at that time as Ctrl-C does (last.ckpt at the current step,
 record `failed` / interrupted, resumable): machines with a time limit stop runs that way.
 
-Only global rank 0 touches the run folder; under DDP the other ranks just train.
+Only global rank 0 touches the run folder; under DDP the other ranks just train. Rank 0 holds the
+folder's lock (`lra.run_lock`) for the whole run: a second trainer of the same run stops at once,
+naming the process that holds it.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import inspect
 import logging
@@ -41,6 +44,7 @@ from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
 from lra.records import write_record
+from lra.run_lock import RunLock
 from tasks.base import data_record, identity_id
 
 MONITOR = "val/acc"
@@ -335,6 +339,14 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     runtime = resolve_runtime(config)
     pl.seed_everything(config.seed, workers=True, verbose=False)
     dm, module, spec = prepare(config, runtime, attention_factory=attention_factory)
+    # the run folder's lock before anything in it is read or written: one trainer per run folder
+    with RunLock(config.run_dir()) if is_global_zero() else contextlib.nullcontext():
+        return _train_locked(config, runtime, dm, module, spec, resume=resume, force=force, callbacks=callbacks,
+                             progress_bar=progress_bar, runs_per_gpu=runs_per_gpu)
+
+
+def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, spec: DataSpec, *, resume: bool,
+                  force: bool, callbacks, progress_bar: bool | None, runs_per_gpu: int) -> dict:
     run_dir = config.run_dir()
     last = run_dir / CHECKPOINT_DIR / LAST
     record_path = config.record_path()

@@ -158,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
     not_started = len(pending) - len(outcomes)
     invalid = sum(r.state == "invalid" for r in plan)
     done = sum(r.state == "done" for r in plan)
+    elsewhere = sum(r.state == "running" for r in plan) + sum(o.status == "running" for o in outcomes)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("completed", "failed", "oom", "diverged")}
     stopped = sum(map(was_stopped, outcomes))
     counts["failed"] -= sum(was_stopped(o) and o.status == "failed" for o in outcomes)
@@ -166,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
           + (f"{counts['diverged']} diverged, " if counts["diverged"] else "")
           + (f"{stopped} stopped (they resume on the next sweep), " if stopped else "")
           + (f"{not_started} not started (out of time), " if not_started else "")
+          + (f"{elsewhere} running elsewhere (left to the process that holds them), " if elsewhere else "")
           + f"{done} already done, {invalid} invalid "
           f"(recorded as failed). Records: {spec.runs_dir}/<task>/<attention>/<run-id>/result.json — "
           f"`lra table` summarises them.")
