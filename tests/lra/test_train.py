@@ -739,6 +739,19 @@ def test_ctrl_c_in_the_first_batch_after_a_resume_keeps_the_resumed_position(tmp
     assert after.rows == _tail_from_step(whole.rows, 5)
 
 
+def test_validations_after_a_resume_keep_their_steps(tmp_path, data_dir):
+    """Ctrl-C on a batch fetched but not trained on (step 5): the resumed run validates at step 8 and
+    names its checkpoints by the steps of an uninterrupted run, not one step early (7, best-step7)."""
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=[*FAST, "train.max_steps=10", "train.val_check_interval=4"])
+    with pytest.raises(SystemExit):
+        train(config, callbacks=[InterruptAtBatch(6, "start")], progress_bar=False)
+    rec = train(config, resume=True, progress_bar=False)
+    assert [p["step"] for p in rec["val_acc_curve"]] == [4, 8, 10]
+    best = [p.name for p in (config.run_dir() / "checkpoints").glob("best-*.ckpt")]
+    assert len(best) == 1 and best[0] in {"best-step4.ckpt", "best-step8.ckpt", "best-step10.ckpt"}
+
+
 @pytest.mark.parametrize("batch", [7, 11])  # the first batch of the second epoch; one in the middle of it
 def test_ctrl_c_during_a_batch_with_accumulation_resumes_exactly(tmp_path, data_dir, batch):
     overrides = [*FAST, "train.max_steps=8", "train.val_check_interval=4", "train.accumulate_grad_batches=2"]
