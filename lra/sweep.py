@@ -13,7 +13,8 @@ A sweep is only a grid over run configs plus a launcher:
   the end of its log. Failures and OOMs never stop the sweep. Each child dies with the sweep
   (SIGTERM when the sweep's process ends, however it ends), so a killed sweep leaves no orphans.
 - `run_slurm` submits one cluster job per cell: through submitit when it is installed (the
-  `slurm` extra), otherwise as generated sbatch scripts (submitted with `sbatch` when available).
+  `slurm` extra), otherwise as generated sbatch scripts submitted with `sbatch`. It refuses to
+  submit where no SLURM cluster answers (`require_slurm`), and never runs the jobs here instead.
   Multi-GPU / multi-node runs use Lightning's DDP inside the job (`--devices`, `--num-nodes`).
 """
 from __future__ import annotations
@@ -425,7 +426,7 @@ def sbatch_script(run: PlannedRun, spec: SweepSpec, opts: SlurmOptions, *, pytho
     hours, minutes = divmod(int(opts.time_min), 60)
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name=lra-{run.task}-{run.attention}-{run.config.run_id()}",
-             f"#SBATCH --output={run.run_dir.resolve()}/slurm-%j.out",
+             f"#SBATCH --output={shlex.quote(f'{run.run_dir.resolve()}/slurm-%j.out')}",
              f"#SBATCH --nodes={nodes}",
              f"#SBATCH --ntasks-per-node={gpus}",
              f"#SBATCH --gpus-per-node={gpus}",
@@ -443,12 +444,37 @@ def sbatch_script(run: PlannedRun, spec: SweepSpec, opts: SlurmOptions, *, pytho
     return "\n".join(lines)
 
 
+def require_slurm() -> None:
+    """Raise ValueError unless a SLURM cluster answers here: `sbatch` and `squeue` on PATH and
+    `squeue` reaching the controller."""
+    missing = [name for name in ("sbatch", "squeue") if shutil.which(name) is None]
+    why = f"{' and '.join(missing)} not on PATH" if missing else None
+    if why is None:
+        import getpass
+
+        try:
+            out = subprocess.run([shutil.which("squeue"), "--noheader", "--user", getpass.getuser()],
+                                 capture_output=True, text=True, timeout=30)
+            if out.returncode != 0:
+                first = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[0]
+                why = f"squeue failed: {first}"
+        except (OSError, subprocess.TimeoutExpired) as err:
+            why = f"squeue failed: {err}"
+    if why is not None:
+        raise ValueError(f"--launcher slurm: no SLURM cluster is reachable from here ({why}). To train on this "
+                         "machine use --launcher local; to write the job scripts without submitting them, "
+                         "--no-submit")
+
+
 def run_slurm(plan: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions, *,
               echo: Callable[[str], None] = print) -> list[str]:
-    """Submit the pending cells; returns job ids (or script paths when not submitted)."""
+    """Submit the pending cells; returns job ids (or script paths when not submitted). Without a
+    reachable cluster it raises ValueError (`require_slurm`) before anything is written."""
     todo = [r for r in plan if r.state in ("new", "resume", "retry")]
     if not todo:
         return []
+    if opts.submit:
+        require_slurm()
     backend = opts.backend
     if backend == "auto":
         try:
@@ -470,12 +496,11 @@ def run_slurm(plan: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions, *,
         path = script_dir / f"{run.task}-{run.attention}-{run.config.run_id()}.sbatch"
         path.write_text(sbatch_script(run, spec, opts))
         paths.append(path)
-    sbatch = shutil.which("sbatch")
-    if not opts.submit or sbatch is None:
-        why = "--no-submit" if not opts.submit else "sbatch is not on PATH"
-        echo(f"{len(paths)} sbatch scripts written to {script_dir} ({why}); submit them on the cluster with:\n"
-             f"  for f in {script_dir}/*.sbatch; do sbatch \"$f\"; done")
+    if not opts.submit:
+        echo(f"{len(paths)} sbatch scripts written to {script_dir} (--no-submit); submit them on the cluster "
+             f"with:\n  for f in {shlex.quote(str(script_dir))}/*.sbatch; do sbatch \"$f\"; done")
         return [str(p) for p in paths]
+    sbatch = shutil.which("sbatch")
     job_ids = []
     for run, path in zip(todo, paths):
         out = subprocess.run([sbatch, "--parsable", str(path)], capture_output=True, text=True)
@@ -495,7 +520,12 @@ def _submit_submitit(todo: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions
     nodes = spec.num_nodes or 1
     gpus = opts.gpus_per_node
     spec_for_run = SweepSpec(**{**spec.__dict__, "devices": str(gpus), "num_nodes": nodes})
-    executor = submitit.AutoExecutor(folder=str(Path(spec.runs_dir) / ".slurm" / "%j"))
+    if not opts.submit:
+        for run in todo:
+            echo("would submit: " + shlex.join(train_argv(run, spec_for_run)))
+        return []
+    # cluster="slurm": submitit's own choice would run the jobs on this machine where SLURM is absent
+    executor = submitit.AutoExecutor(folder=str(Path(spec.runs_dir) / ".slurm" / "%j"), cluster="slurm")
     params = {"timeout_min": opts.time_min, "nodes": nodes, "tasks_per_node": gpus,
               "gpus_per_node": gpus, "cpus_per_task": opts.cpus_per_task}
     if opts.mem_gb:
@@ -507,10 +537,6 @@ def _submit_submitit(todo: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions
     if opts.setup:
         params["slurm_setup"] = list(opts.setup)
     executor.update_parameters(**params)
-    if not opts.submit:
-        for run in todo:
-            echo("would submit: " + shlex.join(train_argv(run, spec_for_run)))
-        return []
     job_ids = []
     for run in todo:
         executor.update_parameters(name=f"lra-{run.task}-{run.attention}-{run.config.run_id()}")

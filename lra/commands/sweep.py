@@ -110,7 +110,7 @@ def _split_overrides(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lra.sweep import (SlurmOptions, SweepSpec, describe_outcome, format_plan, plan_sweep,
-                           record_invalid, run_local, run_slurm, was_stopped)
+                           record_invalid, require_slurm, run_local, run_slurm, was_stopped)
 
     _split_overrides(args)
     spec = SweepSpec(tasks=args.tasks, attentions=args.attentions,
@@ -130,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
                          "use --slurm-time for the time limit")
     if not args.heartbeat >= 0:
         raise ValueError(f"--heartbeat must be >= 0 seconds (0: off), got {args.heartbeat}")
+    if args.launcher == "slurm" and not (args.no_submit or args.dry_run):
+        require_slurm()
     plan = plan_sweep(spec)
     print(format_plan(plan), flush=True)
     if args.dry_run:
