@@ -65,7 +65,11 @@ def read_metadata(folder: Path) -> list[MetadataRow]:
                                  f"got {len(fields)}: {line[:120]!r}")
             if fields[3] not in ("0", "1"):
                 raise ValueError(f"{path}:{lineno}: label (field 4) must be 0 or 1, got {fields[3]!r}")
-            rows.append(MetadataRow(folder / fields[0] / fields[1], int(fields[3]), f"{path}:{lineno}"))
+            image = Path(fields[0]) / fields[1]
+            if image.is_absolute() or ".." in image.parts:
+                raise ValueError(f"{path}:{lineno}: image path {str(image)!r} leaves the data folder {folder} "
+                                 "(absolute or with '..'); the release lists images inside it only")
+            rows.append(MetadataRow(folder / image, int(fields[3]), f"{path}:{lineno}"))
     if not rows:
         raise ValueError(f"{meta_dir}: metadata files hold no rows")
     if empty:
