@@ -377,6 +377,7 @@ class SaveOnInterrupt(pl.Callback):
         self._before_fetch: tuple[int, dict] | None = None  # (batches trained, loader position then)
         self._resumed_state: dict | None = None             # the loader position a resumed fit starts at
         self._loader_state: dict | None = None              # put into the checkpoint being written
+        self._trained: int | None = None                    # batches of the epoch trained, for that checkpoint
 
     @staticmethod
     def _loader(trainer: pl.Trainer):
@@ -419,16 +420,41 @@ class SaveOnInterrupt(pl.Callback):
                 return
             if self._before_fetch is not None and self._before_fetch[0] == done:
                 self._loader_state = self._before_fetch[1]
+        self._trained = done
         try:
             trainer.save_checkpoint(self.path)
         except Exception as err:  # noqa: BLE001 - never hide the original exception
             rank_zero_info(f"could not save an interrupt checkpoint: {err}")
         finally:
-            self._loader_state = None
+            self._loader_state = self._trained = None
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+        if self._trained is not None:
+            _forget_untrained_batch(fit_loop.get("epoch_loop.batch_progress"), self._trained)
         if self._loader_state is None:
             return
-        fit_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        fit_state = fit_loop.get("state_dict", {})
         if len(fit_state.get("combined_loader") or []) == 1:
             fit_state["combined_loader"] = [self._loader_state]
+
+
+def _forget_untrained_batch(progress: dict | None, trained: int) -> None:
+    """A batch fetched but not trained on leaves the saved batch counters, the total ones too.
+
+    Lightning's restore (`_BatchProgress.reset_on_restart`) takes such a batch back from the counters
+    of the current epoch only; the total count, which places the validations (`val_check_interval`),
+    would stay one ahead, and every later validation would come one step early (step 39, 49, ...)."""
+    if not isinstance(progress, dict):
+        return
+    current = progress.get("current") or {}
+    untrained = int(current.get("ready", trained)) - int(trained)
+    if untrained <= 0:
+        return
+    for scope in ("current", "total"):
+        counts = progress.get(scope)
+        if isinstance(counts, dict) and "ready" in counts:
+            counts["ready"] -= untrained
+            for key in ("started", "processed"):
+                if key in counts:
+                    counts[key] = min(counts[key], counts["ready"])

@@ -3,15 +3,17 @@ validation accuracy, and `last.ckpt`, the one a run resumes from; how they are k
 
 Lightning writes both (`ModelCheckpoint` with `save_last`; `RunCheckpoint` says what it adds): at
 every validation of a fit, last.ckpt after the best one, so its callback state names the best file;
-each through a file-system transaction, so a process killed while writing leaves the previous file
-intact.
+each through `AtomicCheckpointIO`: a temporary file in the checkpoint's own folder moved over the
+target, so a process killed (or a disk filled) while writing leaves the previous file intact.
 """
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 CHECKPOINT_DIR = "checkpoints"
@@ -64,6 +66,30 @@ def rebase_checkpoint_state(state: dict, old_dir: str, new_dir: str) -> dict:
     if isinstance(state.get("best_k_models"), dict):
         state["best_k_models"] = {move(path): score for path, score in state["best_k_models"].items()}
     return state
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint I/O, each file written to a temporary file in its own folder, synced and
+    moved over the target with `os.replace`. Lightning's own transaction lacks this: it stages the
+    file in the system temp folder and moves it from there, a copy (not atomic) when that folder is on
+    another file system."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 class RunCheckpoint(ModelCheckpoint):

@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"lra {args.command}: error: {msg}", file=sys.stderr)
         return 2
+    except OSError as err:
+        # The file system refused (read-only, full, permission): the path and the cause, no traceback.
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"lra {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         # Ctrl-C (or $LRA_STOP_AT) is not a crash: the runs it stopped have recorded themselves and
         # resume when the same command is run again. No traceback.

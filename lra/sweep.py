@@ -4,14 +4,17 @@ A sweep is only a grid over run configs plus a launcher:
 - `plan_sweep` resolves every (task, seq_len, attention, seed) cell to its `RunConfig` and run
   folder (the same deterministic run id `lra train` computes) and classifies it: `new`, `resume`
   (an interrupted run with a last.ckpt), `retry` (a failed/oom record), `done` (a completed record:
-  skipped), or `invalid` (the combination cannot run, e.g. a sequence too short for BigBird's
-  pattern; recorded as a failed run with the reason, without starting anything).
+  skipped), `invalid` (the combination cannot run, e.g. a sequence too short for BigBird's
+  pattern; recorded as a failed run with the reason, without starting anything), or `running`
+  (another process trains it now: it holds the run folder's lock; left alone).
 - `run_local` runs the cells as `python -m lra train ... --resume` subprocesses, K at a time, each
   pinned to its own GPU through CUDA_VISIBLE_DEVICES, with its output in `<run>/train.log`; a run
   that dies without writing its record (killed, crashed interpreter) gets a `failed` record with
-  the end of its log. Failures and OOMs never stop the sweep.
+  the end of its log. Failures and OOMs never stop the sweep. Each child dies with the sweep
+  (SIGTERM when the sweep's process ends, however it ends), so a killed sweep leaves no orphans.
 - `run_slurm` submits one cluster job per cell: through submitit when it is installed (the
-  `slurm` extra), otherwise as generated sbatch scripts (submitted with `sbatch` when available).
+  `slurm` extra), otherwise as generated sbatch scripts submitted with `sbatch`. It refuses to
+  submit where no SLURM cluster answers (`require_slurm`), and never runs the jobs here instead.
   Multi-GPU / multi-node runs use Lightning's DDP inside the job (`--devices`, `--num-nodes`).
 """
 from __future__ import annotations
@@ -34,12 +37,16 @@ from typing import Callable
 
 from lra.callbacks import STOP_AT_ENV
 from lra.config import RunConfig, RunLocation, resolve
+from lra import run_lock
 from lra.records import RECORD_NAME, read_record, write_record
 
-STATES = ("new", "resume", "retry", "done", "invalid", "skipped")
+STATES = ("new", "resume", "retry", "done", "invalid", "skipped", "running")
+# A cell whose run folder another trainer holds (`lra.run_lock`): left to it, neither trained nor recorded.
+ELSEWHERE = "running elsewhere"
 # How the error of a run stopped by Ctrl-C or $LRA_STOP_AT begins (`lra.train._error_text`, and
 # `run_local` for a run interrupted before it could record itself): such runs are resumed.
 INTERRUPTED = "interrupted"
+FINAL = ("completed", "failed", "oom", "diverged", INTERRUPTED)  # the statuses a run ends with
 
 
 @dataclass
@@ -124,6 +131,9 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
 
 
 def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:
+    held_by = run_lock.holder(run_dir)
+    if held_by is not None:
+        return "running", f"{ELSEWHERE} ({held_by})"
     record_path = run_dir / RECORD_NAME
     last = run_dir / "checkpoints" / "last.ckpt"
     status = error = None
@@ -228,12 +238,37 @@ def latest_progress(log_path: Path) -> str | None:
     return None
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+try:  # resolved here, not in the forked child (no dynamic loading between fork and exec)
+    import ctypes
+
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (ImportError, OSError, AttributeError):  # not Linux: children are not tied to the sweep
+    _prctl = None
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child receive SIGTERM when the sweep dies, even by SIGKILL
+    (`subprocess` lacks such an option). The child's Lightning run then stops as on a cluster's time
+    limit: last.ckpt, record `interrupted`. The signal comes when the thread that started the child
+    ends; `run_local`'s threads wait for their child, so that is the sweep's death."""
+    if _prctl is None:
+        return None
+
+    def preexec() -> None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the sweep died before the line above: follow it now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 def _default_runner(argv: list[str], env: dict, log_path: Path) -> int:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"\n$ {shlex.join(argv)}\n")
         log.flush()
-        return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL).returncode
+        return subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              preexec_fn=_die_with_parent(os.getpid())).returncode
 
 
 def gpu_slots(parallel: int, gpus: list[str] | None, runs_per_gpu: int = 1) -> list[str | None]:
@@ -273,11 +308,30 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
     lock = threading.Lock()
     outcomes: list[Outcome] = []
 
+    def finished(outcome: Outcome) -> Outcome:
+        with lock:
+            outcomes.append(outcome)
+            if on_done:
+                on_done(outcome)
+        return outcome
+
+    def elsewhere(run: PlannedRun, held_by: str, seconds: float = 0.0, gpu=None) -> Outcome:
+        record = None
+        try:
+            record = read_record(run.record_path)
+        except (OSError, ValueError):
+            pass
+        return finished(Outcome(run, "running", seconds, gpu, record, f"{ELSEWHERE} ({held_by})"))
+
     def one(run: PlannedRun) -> Outcome | None:
         gpu = slots.get()
         if deadline is not None and time.time() >= deadline:
             slots.put(gpu)
             return None  # out of time: the run stays as planned and starts on the next sweep
+        held_by = run_lock.holder(run.run_dir)
+        if held_by is not None:  # another trainer took it since the plan was made
+            slots.put(gpu)
+            return elsewhere(run, held_by)
         try:
             env = dict(os.environ)
             if deadline is not None:
@@ -303,7 +357,10 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
             pass
         status = record.get("status") if record else None
         note = ""
-        if status not in ("completed", "failed", "oom", "diverged", INTERRUPTED):
+        held_by = run_lock.holder(run.run_dir) if status not in FINAL else None
+        if held_by is not None:  # the child found the run folder taken by another trainer and left it
+            return elsewhere(run, held_by, seconds, gpu)
+        if status not in FINAL:
             # The run died before it could record itself (exit 2 on bad input, killed, crashed).
             tail = _log_tail(log_path)
             status = "failed"
@@ -316,12 +373,7 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
             else:
                 write_status_record(run.config, status, error)
             record = read_record(run.record_path)
-        outcome = Outcome(run, status, seconds, gpu, record, note)
-        with lock:
-            outcomes.append(outcome)
-            if on_done:
-                on_done(outcome)
-        return outcome
+        return finished(Outcome(run, status, seconds, gpu, record, note))
 
     with ThreadPoolExecutor(max_workers=len(slot_list)) as pool:
         list(pool.map(one, todo))
@@ -374,7 +426,7 @@ def sbatch_script(run: PlannedRun, spec: SweepSpec, opts: SlurmOptions, *, pytho
     hours, minutes = divmod(int(opts.time_min), 60)
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name=lra-{run.task}-{run.attention}-{run.config.run_id()}",
-             f"#SBATCH --output={run.run_dir.resolve()}/slurm-%j.out",
+             f"#SBATCH --output={shlex.quote(f'{run.run_dir.resolve()}/slurm-%j.out')}",
              f"#SBATCH --nodes={nodes}",
              f"#SBATCH --ntasks-per-node={gpus}",
              f"#SBATCH --gpus-per-node={gpus}",
@@ -392,12 +444,37 @@ def sbatch_script(run: PlannedRun, spec: SweepSpec, opts: SlurmOptions, *, pytho
     return "\n".join(lines)
 
 
+def require_slurm() -> None:
+    """Raise ValueError unless a SLURM cluster answers here: `sbatch` and `squeue` on PATH and
+    `squeue` reaching the controller."""
+    missing = [name for name in ("sbatch", "squeue") if shutil.which(name) is None]
+    why = f"{' and '.join(missing)} not on PATH" if missing else None
+    if why is None:
+        import getpass
+
+        try:
+            out = subprocess.run([shutil.which("squeue"), "--noheader", "--user", getpass.getuser()],
+                                 capture_output=True, text=True, timeout=30)
+            if out.returncode != 0:
+                first = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[0]
+                why = f"squeue failed: {first}"
+        except (OSError, subprocess.TimeoutExpired) as err:
+            why = f"squeue failed: {err}"
+    if why is not None:
+        raise ValueError(f"--launcher slurm: no SLURM cluster is reachable from here ({why}). To train on this "
+                         "machine use --launcher local; to write the job scripts without submitting them, "
+                         "--no-submit")
+
+
 def run_slurm(plan: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions, *,
               echo: Callable[[str], None] = print) -> list[str]:
-    """Submit the pending cells; returns job ids (or script paths when not submitted)."""
+    """Submit the pending cells; returns job ids (or script paths when not submitted). Without a
+    reachable cluster it raises ValueError (`require_slurm`) before anything is written."""
     todo = [r for r in plan if r.state in ("new", "resume", "retry")]
     if not todo:
         return []
+    if opts.submit:
+        require_slurm()
     backend = opts.backend
     if backend == "auto":
         try:
@@ -419,12 +496,11 @@ def run_slurm(plan: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions, *,
         path = script_dir / f"{run.task}-{run.attention}-{run.config.run_id()}.sbatch"
         path.write_text(sbatch_script(run, spec, opts))
         paths.append(path)
-    sbatch = shutil.which("sbatch")
-    if not opts.submit or sbatch is None:
-        why = "--no-submit" if not opts.submit else "sbatch is not on PATH"
-        echo(f"{len(paths)} sbatch scripts written to {script_dir} ({why}); submit them on the cluster with:\n"
-             f"  for f in {script_dir}/*.sbatch; do sbatch \"$f\"; done")
+    if not opts.submit:
+        echo(f"{len(paths)} sbatch scripts written to {script_dir} (--no-submit); submit them on the cluster "
+             f"with:\n  for f in {shlex.quote(str(script_dir))}/*.sbatch; do sbatch \"$f\"; done")
         return [str(p) for p in paths]
+    sbatch = shutil.which("sbatch")
     job_ids = []
     for run, path in zip(todo, paths):
         out = subprocess.run([sbatch, "--parsable", str(path)], capture_output=True, text=True)
@@ -444,7 +520,12 @@ def _submit_submitit(todo: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions
     nodes = spec.num_nodes or 1
     gpus = opts.gpus_per_node
     spec_for_run = SweepSpec(**{**spec.__dict__, "devices": str(gpus), "num_nodes": nodes})
-    executor = submitit.AutoExecutor(folder=str(Path(spec.runs_dir) / ".slurm" / "%j"))
+    if not opts.submit:
+        for run in todo:
+            echo("would submit: " + shlex.join(train_argv(run, spec_for_run)))
+        return []
+    # cluster="slurm": submitit's own choice would run the jobs on this machine where SLURM is absent
+    executor = submitit.AutoExecutor(folder=str(Path(spec.runs_dir) / ".slurm" / "%j"), cluster="slurm")
     params = {"timeout_min": opts.time_min, "nodes": nodes, "tasks_per_node": gpus,
               "gpus_per_node": gpus, "cpus_per_task": opts.cpus_per_task}
     if opts.mem_gb:
@@ -456,10 +537,6 @@ def _submit_submitit(todo: list[PlannedRun], spec: SweepSpec, opts: SlurmOptions
     if opts.setup:
         params["slurm_setup"] = list(opts.setup)
     executor.update_parameters(**params)
-    if not opts.submit:
-        for run in todo:
-            echo("would submit: " + shlex.join(train_argv(run, spec_for_run)))
-        return []
     job_ids = []
     for run in todo:
         executor.update_parameters(name=f"lra-{run.task}-{run.attention}-{run.config.run_id()}")

@@ -5,14 +5,17 @@ The run folder holds `config.yaml` (the resolved config and data spec), `logs/` 
 TensorBoard when installed), `checkpoints/` (`best-*.ckpt` by validation accuracy and `last.ckpt`,
 written at every validation, on an interruption and at the end) and `result.json`, written
 atomically: `running` when training starts, then `completed`, `failed` (with the error text) or
-`oom` (CUDA out of memory). `--resume` continues from `last.ckpt` to the same final step count.
+`oom` (out of GPU or host memory). `--resume` continues from `last.ckpt` to the same final step count.
 $LRA_STOP_AT (Unix seconds) stops a run at that time as Ctrl-C does (last.ckpt at the current step,
 record `failed` / interrupted, resumable): machines with a time limit stop runs that way.
 
-Only global rank 0 touches the run folder; under DDP the other ranks just train.
+Only global rank 0 touches the run folder; under DDP the other ranks just train. Rank 0 holds the
+folder's lock (`lra.run_lock`) for the whole run: a second trainer of the same run stops at once,
+naming the process that holds it.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import inspect
 import logging
@@ -36,11 +39,12 @@ from lra import provenance
 from lra.checkpoint_transfer import InitialWeights, check_compatible, read_checkpoint
 from lra.callbacks import (Diverged, RngState, SaveOnInterrupt, StopAt, StopOnDivergence, TrainingStats,
                            ValidateAtEnd)
-from lra.checkpoints import CHECKPOINT_DIR, LAST, checkpoint_callback
+from lra.checkpoints import CHECKPOINT_DIR, LAST, AtomicCheckpointIO, checkpoint_callback
 from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
 from lra.records import write_record
+from lra.run_lock import RunLock
 from tasks.base import data_record, identity_id
 
 MONITOR = "val/acc"
@@ -214,7 +218,7 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
         limit_val_batches=t.limit_val_batches,
         accumulate_grad_batches=t.accumulate_grad_batches,
         gradient_clip_val=o.grad_clip if o.grad_clip > 0 else None,
-        deterministic=t.deterministic, callbacks=cbs, logger=loggers,
+        deterministic=t.deterministic, callbacks=cbs, logger=loggers, plugins=[AtomicCheckpointIO()],
         enable_progress_bar=progress_bar, enable_model_summary=progress_bar,
         log_every_n_steps=max(1, min(50, t.val_check_interval)), default_root_dir=run_dir,
     )
@@ -312,7 +316,7 @@ def _error_text(err: BaseException) -> str:
 
 
 def _is_oom(err: BaseException) -> bool:
-    if isinstance(err, torch.cuda.OutOfMemoryError):
+    if isinstance(err, (torch.cuda.OutOfMemoryError, MemoryError)):  # GPU or host memory
         return True
     return isinstance(err, RuntimeError) and "CUDA out of memory" in str(err)
 
@@ -335,6 +339,14 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     runtime = resolve_runtime(config)
     pl.seed_everything(config.seed, workers=True, verbose=False)
     dm, module, spec = prepare(config, runtime, attention_factory=attention_factory)
+    # the run folder's lock before anything in it is read or written: one trainer per run folder
+    with RunLock(config.run_dir()) if is_global_zero() else contextlib.nullcontext():
+        return _train_locked(config, runtime, dm, module, spec, resume=resume, force=force, callbacks=callbacks,
+                             progress_bar=progress_bar, runs_per_gpu=runs_per_gpu)
+
+
+def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, spec: DataSpec, *, resume: bool,
+                  force: bool, callbacks, progress_bar: bool | None, runs_per_gpu: int) -> dict:
     run_dir = config.run_dir()
     last = run_dir / CHECKPOINT_DIR / LAST
     record_path = config.record_path()
@@ -418,18 +430,22 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         best_path = best.best_model_path or None
         results = trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False, **_OWN_CHECKPOINT)
         test_acc = float(results[0]["test/acc"]) if results and "test/acc" in results[0] else None
+        return record("completed", test_acc=test_acc)
     except BaseException as err:  # noqa: BLE001 - every failure is recorded, then re-raised
         status = ("oom" if _is_oom(err) else "diverged" if isinstance(err, Diverged)
                   else "interrupted" if _was_interrupted(err) else "failed")
         text = _error_text(err)
         tb = traceback.format_exc()
         if rank0:
-            record(status, text)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "error.log").write_text(tb)
+            try:
+                record(status, text)
+                (run_dir / "error.log").write_text(tb)
+            except OSError as again:  # e.g. the disk that failed the run: the record may still say running
+                print(f"lra: could not record the run's end in {record_path} ({_error_text(again)}); "
+                      f"`lra train --resume` or the next sweep continues it from {last}", file=sys.stderr)
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
         if status == "interrupted":  # SIGTERM: end like Ctrl-C (exit 130), resumable
             raise KeyboardInterrupt(text) from err
-        raise RunFailed(status, text, record_path, tb) from err
-    return record("completed", test_acc=test_acc)
+        # a file-system error is its one line (path and cause); its traceback stays in error.log
+        raise RunFailed(status, text, record_path, "" if isinstance(err, OSError) else tb) from err

@@ -5,6 +5,12 @@ staging folder next to it and moved into place with one `os.replace` once comple
 sees either no entry or a complete one — never a half-written one. The staging folder survives an
 interruption and the builder may resume from what it finds there. A lock file keeps two processes
 (e.g. one per node) from building the same entry at once.
+
+A complete entry holds a manifest (`manifest.json`): the size of each of its files, the shape of
+each `.npy` array and the content hash, recorded when it was written. `build_once` checks them
+whenever it hands out an existing entry, so a truncated or altered file is a `DamagedCache` error
+naming the file and how to rebuild it, before anything reads the data. (Entries written without a
+manifest are not checked.)
 """
 from __future__ import annotations
 
@@ -18,6 +24,11 @@ from typing import Callable, Iterator
 
 COMPLETE = "COMPLETE"
 META = "meta.json"
+MANIFEST = "manifest.json"
+
+
+class DamagedCache(ValueError):
+    """A complete cache entry whose files differ from what its manifest recorded."""
 
 
 def param_hash(params: dict, length: int = 12) -> str:
@@ -61,7 +72,7 @@ def entry_hash(entry: Path) -> str:
 
 def entry_files(entry: Path) -> list[Path]:
     """The data files of a cache entry (its bookkeeping files excluded)."""
-    skip = {COMPLETE, CONTENT_HASH}
+    skip = {COMPLETE, CONTENT_HASH, MANIFEST}
     return sorted(p for p in Path(entry).rglob("*") if p.is_file() and p.name not in skip)
 
 
@@ -77,6 +88,77 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def _npy_shape(path: Path) -> list[int] | None:
+    """The shape in a `.npy` file's header (None: not a readable header)."""
+    import numpy as np
+
+    try:
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            return list(read(handle)[0])
+    except (OSError, ValueError):
+        return None
+
+
+def _describe_files(entry: Path) -> dict:
+    files = {}
+    for path in entry_files(entry):
+        info = {"bytes": path.stat().st_size}
+        if path.suffix == ".npy" and (shape := _npy_shape(path)) is not None:
+            info["shape"] = shape
+        files[path.relative_to(entry).as_posix()] = info
+    return files
+
+
+def write_manifest(entry: Path) -> None:
+    """Record the sizes, array shapes and content hash of a finished entry's files."""
+    entry = Path(entry)
+    manifest = {"files": _describe_files(entry), "content_hash": entry_hash(entry)}
+    atomic_write_bytes(entry / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+
+def default_rebuild(entry: Path) -> str:
+    return f"remove {entry}; the next run builds it again"
+
+
+def check_entry(entry: Path, rebuild: str | None = None) -> None:
+    """Raise `DamagedCache` when a file of the complete entry `entry` is missing or differs in size or
+    array shape from its manifest, or its kept content hash differs; `rebuild` says how to make it again."""
+    entry = Path(entry)
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as err:
+        problem = f"its manifest {entry / MANIFEST} is unreadable ({err})"
+    else:
+        problem = None
+        for name, want in sorted(manifest.get("files", {}).items()):
+            path = entry / name
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                problem = f"{path} is missing"
+                break
+            if size != want.get("bytes"):
+                problem = f"{path} has {size} bytes, {want.get('bytes')} when it was written (truncated or altered)"
+                break
+            if "shape" in want and _npy_shape(path) != want["shape"]:
+                problem = f"{path} holds an array of shape {_npy_shape(path)}, {want['shape']} when it was written"
+                break
+        kept = None
+        if problem is None and (entry / CONTENT_HASH).is_file():
+            try:
+                kept = json.loads((entry / CONTENT_HASH).read_text(encoding="utf-8")).get("sha256")
+            except (OSError, ValueError):
+                kept = None
+            if kept is not None and manifest.get("content_hash") not in (None, kept):
+                problem = (f"{entry / CONTENT_HASH} says {kept}, its manifest {manifest['content_hash']}")
+    if problem is not None:
+        raise DamagedCache(f"damaged data cache {entry}: {problem}. Rebuild it: {rebuild or default_rebuild(entry)}")
 
 
 def read_meta(path: Path) -> dict:
@@ -99,18 +181,22 @@ def _locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def build_once(final: Path, build: Callable[[Path], None], meta: dict, *, force: bool = False) -> Path:
+def build_once(final: Path, build: Callable[[Path], None], meta: dict, *, force: bool = False,
+               rebuild: str | None = None) -> Path:
     """Return the complete cache folder `final`, building it with `build(staging_dir)` if needed.
 
     `build` writes its files into `staging_dir`; it may find the files of an interrupted earlier
     attempt there and resume. `meta` is stored as meta.json. With `force`, an existing entry is
-    rebuilt (the old one stays readable until the new one replaces it)."""
+    rebuilt (the old one stays readable until the new one replaces it). An existing entry is checked
+    against its manifest first (`check_entry`; `rebuild`: the command that makes it again)."""
     final = Path(final)
     if is_complete(final) and not force:
+        check_entry(final, rebuild)
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with _locked(final.parent / f".{final.name}.lock"):
         if is_complete(final) and not force:
+            check_entry(final, rebuild)
             return final          # another process finished it while we waited
         staging = final.parent / f".{final.name}.partial"
         if force and staging.exists():
@@ -119,6 +205,8 @@ def build_once(final: Path, build: Callable[[Path], None], meta: dict, *, force:
         build(staging)
         atomic_write_bytes(staging / META, (json.dumps(meta, indent=2, sort_keys=True, default=str)
                                             + "\n").encode("utf-8"))
+        (staging / CONTENT_HASH).unlink(missing_ok=True)  # a hash an interrupted attempt may have left
+        write_manifest(staging)
         atomic_write_bytes(staging / COMPLETE, b"ok\n")
         if final.exists():
             # Only complete entries (forced rebuild) or foreign leftovers can be here.

@@ -15,6 +15,7 @@ parentheses) so that one reader serves both.
 from __future__ import annotations
 
 import random
+import shlex
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,7 +308,14 @@ class GeneratedListOps(DataSource):
         workers = self.workers if self.workers is not None else min(default_workers(), 16)
         return cache.build_once(self.folder(), lambda staging: generate(self.params, staging, workers=workers,
                                                                         progress=progress),
-                                meta=self.params.key(), force=force)
+                                meta=self.params.key(), force=force, rebuild=self.rebuild_command())
+
+    def rebuild_command(self) -> str:
+        """The `lra data generate` command that makes exactly this data set again."""
+        p = self.params
+        return (f"lra data generate listops --out {shlex.quote(str(self.data_dir))} --n-train {p.n_train} "
+                f"--n-val {p.n_val} --n-test {p.n_test} --min-len {p.min_length} --max-len {p.max_length}"
+                f"{f' --seed {p.seed}' if p.seed else ''} --force")
 
     def load(self, split: str) -> TokenSplit:
         if not cache.is_complete(self.folder()):

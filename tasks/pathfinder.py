@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import warnings
 from pathlib import Path
 
@@ -64,7 +65,11 @@ def read_metadata(folder: Path) -> list[MetadataRow]:
                                  f"got {len(fields)}: {line[:120]!r}")
             if fields[3] not in ("0", "1"):
                 raise ValueError(f"{path}:{lineno}: label (field 4) must be 0 or 1, got {fields[3]!r}")
-            rows.append(MetadataRow(folder / fields[0] / fields[1], int(fields[3]), f"{path}:{lineno}"))
+            image = Path(fields[0]) / fields[1]
+            if image.is_absolute() or ".." in image.parts:
+                raise ValueError(f"{path}:{lineno}: image path {str(image)!r} leaves the data folder {folder} "
+                                 "(absolute or with '..'); the release lists images inside it only")
+            rows.append(MetadataRow(folder / image, int(fields[3]), f"{path}:{lineno}"))
     if not rows:
         raise ValueError(f"{meta_dir}: metadata files hold no rows")
     if empty:
@@ -197,7 +202,8 @@ class OfficialPathfinder(DataSource):
             image_store.finish(staging)
 
         return cache.build_once(target, build, meta={"source": str(self.folder), "size": self.size,
-                                                     "contour_length": self.contour_length}, force=force)
+                                                     "contour_length": self.contour_length}, force=force,
+                                rebuild=f"remove {target}; the next run decodes the PNGs again")
 
     def load(self, split: str) -> PixelSplit:
         folder = self.prepare()
@@ -259,6 +265,7 @@ class GeneratedPathfinder(DataSource):
     def prepare(self, progress: bool | None = None, force: bool = False) -> Path:
         target = self.folder()
         if cache.is_complete(target) and not force:
+            cache.check_entry(target, self.rebuild_command())
             return target
         params = dataclasses.asdict(self.params)
         stats = {}
@@ -282,9 +289,16 @@ class GeneratedPathfinder(DataSource):
                                 "images": result["images"]}
 
         out = cache.build_once(target, build, meta={**self.key, "counts": dataclasses.asdict(self.counts)},
-                               force=force)
+                               force=force, rebuild=self.rebuild_command())
         self.last_stats = stats
         return out
+
+    def rebuild_command(self) -> str:
+        """The `lra data generate` command that makes exactly this data set again."""
+        c = self.counts
+        return (f"lra data generate {task_for_size(self.params.size)} --out {shlex.quote(str(self.data_dir))} "
+                f"--n-train {c.train} --n-val {c.val} --n-test {c.test} --difficulty {self.params.contour_length} "
+                f"--seed {self.seed} --force")
 
     def load(self, split: str) -> PixelSplit:
         folder = self.prepare()

@@ -122,7 +122,7 @@ def _split_overrides(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lra.sweep import (SlurmOptions, SweepSpec, describe_outcome, format_plan, plan_sweep,
-                           record_invalid, run_local, run_slurm, was_stopped)
+                           record_invalid, require_slurm, run_local, run_slurm, was_stopped)
 
     _split_overrides(args)
     spec = SweepSpec(tasks=args.tasks, attentions=args.attentions,
@@ -142,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
                          "use --slurm-time for the time limit")
     if not args.heartbeat >= 0:
         raise ValueError(f"--heartbeat must be >= 0 seconds (0: off), got {args.heartbeat}")
+    if args.launcher == "slurm" and not (args.no_submit or args.dry_run):
+        require_slurm()
     plan = plan_sweep(spec)
     print(format_plan(plan), flush=True)
     if args.dry_run:
@@ -170,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     not_started = len(pending) - len(outcomes)
     invalid = sum(r.state == "invalid" for r in plan)
     done = sum(r.state == "done" for r in plan)
+    elsewhere = sum(r.state == "running" for r in plan) + sum(o.status == "running" for o in outcomes)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("completed", "failed", "oom", "diverged")}
     stopped = sum(map(was_stopped, outcomes))
     counts["failed"] -= sum(was_stopped(o) and o.status == "failed" for o in outcomes)
@@ -178,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
           + (f"{counts['diverged']} diverged, " if counts["diverged"] else "")
           + (f"{stopped} stopped (they resume on the next sweep), " if stopped else "")
           + (f"{not_started} not started (out of time), " if not_started else "")
+          + (f"{elsewhere} running elsewhere (left to the process that holds them), " if elsewhere else "")
           + f"{done} already done, {invalid} invalid "
           f"(recorded as failed). Records: {spec.runs_dir}/<task>/<attention>/<run-id>/result.json — "
           f"`lra table` summarises them.")

@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         record = train(config, resume=args.resume, force=args.force, progress_bar=args.progress,
                        runs_per_gpu=args.runs_per_gpu)
     except RunFailed as failure:
-        print(failure.traceback, file=sys.stderr)
+        if failure.traceback:
+            print(failure.traceback, file=sys.stderr)
         print(f"lra train: run {failure.status}: {failure.error}\n  record: {failure.record_path}",
               file=sys.stderr)
         return 1

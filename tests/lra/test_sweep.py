@@ -158,16 +158,16 @@ def test_train_argv_resolves_to_the_planned_run(tmp_path):
     assert config.run_id() == run.config.run_id() and config.attention_options["nb_features"] == 16
 
 
-def test_slurm_writes_sbatch_scripts_when_sbatch_is_missing(tmp_path, monkeypatch):
+def test_slurm_no_submit_writes_sbatch_scripts_without_a_cluster(tmp_path, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
     spec = _spec(tmp_path, attentions=["softmax", "performer"])
     spec.num_nodes = 2
     messages = []
     paths = run_slurm(plan_sweep(spec), spec,
                       SlurmOptions(partition="gpu", account="lra", time_min=90, gpus_per_node=4,
-                                   setup=["source .venv/bin/activate"], backend="sbatch"),
+                                   setup=["source .venv/bin/activate"], backend="sbatch", submit=False),
                       echo=messages.append)
-    assert len(paths) == 2 and "sbatch is not on PATH" in messages[0]
+    assert len(paths) == 2 and "--no-submit" in messages[0]
     text = Path(paths[0]).read_text()
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
                  "#SBATCH --time=01:30:00", "#SBATCH --partition=gpu", "#SBATCH --account=lra",
@@ -176,6 +176,39 @@ def test_slurm_writes_sbatch_scripts_when_sbatch_is_missing(tmp_path, monkeypatc
     srun = [line for line in text.splitlines() if line.startswith("srun ")][0]
     assert "-m lra train" in srun and "--devices 4 --num-nodes 2" in srun and "--resume" in srun
     assert "train.max_steps=4" in srun
+
+
+@pytest.mark.parametrize("which", ["no sbatch", "squeue fails"])
+def test_slurm_without_a_cluster_refuses_and_runs_nothing(tmp_path, monkeypatch, capsys, which):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    names = ["squeue"] if which == "no sbatch" else ["sbatch", "squeue"]
+    for name in names:  # stand-ins that fail as they do where no slurmctld answers
+        (bin_dir / name).write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\n"
+                                    "exit 1\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    runs = tmp_path / "runs"
+    code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "--seq-lens", "64",
+                 "--launcher", "slurm", "--slurm-backend", "sbatch", "--runs-dir", str(runs),
+                 "--data-dir", str(tmp_path / "data"), *FAST])
+    err = capsys.readouterr().err
+    assert code == 2 and "no SLURM cluster is reachable" in err and "--launcher local" in err
+    assert ("sbatch not on PATH" if which == "no sbatch" else "Unable to contact slurm controller") in err
+    assert not runs.exists()
+
+
+def test_slurm_scripts_and_hints_quote_a_runs_dir_with_a_space(tmp_path):
+    import shlex
+
+    spec = _spec(tmp_path / "my runs")
+    messages = []
+    paths = run_slurm(plan_sweep(spec), spec, SlurmOptions(backend="sbatch", submit=False), echo=messages.append)
+    output = next(line for line in Path(paths[0]).read_text().splitlines() if line.startswith("#SBATCH --output="))
+    assert shlex.split(output.split("=", 1)[1]) == [f"{Path(paths[0]).parents[2].resolve()}/listops/softmax/"
+                                                    f"{plan_sweep(spec)[0].config.run_id()}/slurm-%j.out"]
+    hint = messages[0].splitlines()[-1]
+    assert f"for f in {shlex.quote(str(Path(paths[0]).parent))}/*.sbatch" in hint
 
 
 def test_repeated_cells_are_planned_and_trained_once(tmp_path):

@@ -739,6 +739,19 @@ def test_ctrl_c_in_the_first_batch_after_a_resume_keeps_the_resumed_position(tmp
     assert after.rows == _tail_from_step(whole.rows, 5)
 
 
+def test_validations_after_a_resume_keep_their_steps(tmp_path, data_dir):
+    """Ctrl-C on a batch fetched but not trained on (step 5): the resumed run validates at step 8 and
+    names its checkpoints by the steps of an uninterrupted run, not one step early (7, best-step7)."""
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=[*FAST, "train.max_steps=10", "train.val_check_interval=4"])
+    with pytest.raises(SystemExit):
+        train(config, callbacks=[InterruptAtBatch(6, "start")], progress_bar=False)
+    rec = train(config, resume=True, progress_bar=False)
+    assert [p["step"] for p in rec["val_acc_curve"]] == [4, 8, 10]
+    best = [p.name for p in (config.run_dir() / "checkpoints").glob("best-*.ckpt")]
+    assert len(best) == 1 and best[0] in {"best-step4.ckpt", "best-step8.ckpt", "best-step10.ckpt"}
+
+
 @pytest.mark.parametrize("batch", [7, 11])  # the first batch of the second epoch; one in the middle of it
 def test_ctrl_c_during_a_batch_with_accumulation_resumes_exactly(tmp_path, data_dir, batch):
     overrides = [*FAST, "train.max_steps=8", "train.val_check_interval=4", "train.accumulate_grad_batches=2"]
@@ -786,3 +799,118 @@ def test_a_diverging_run_is_recorded_diverged_and_skipped_by_skip_failed(tmp_pat
     capsys.readouterr()
     code = main(["sweep", "--tasks", "listops", "--attentions", "softmax", "--seq-lens", "64", "--skip-failed", *args])
     assert "skipped" in capsys.readouterr().out and only_record(runs)["status"] == "diverged"
+
+
+def test_host_memory_error_is_recorded_as_oom(tmp_path, data_dir):
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=FAST)
+    with pytest.raises(RunFailed) as failure:
+        train(config, callbacks=[Crash(2, MemoryError())], progress_bar=False)
+    assert failure.value.status == "oom" and load(config.run_dir() / "result.json")["status"] == "oom"
+
+
+def test_the_record_is_readable_by_everyone(tmp_path, data_dir):
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=FAST)
+    train(config, progress_bar=False)
+    assert (config.run_dir() / "result.json").stat().st_mode & 0o777 == 0o644
+    for ckpt in (config.run_dir() / "checkpoints").glob("*.ckpt"):
+        assert ckpt.stat().st_mode & 0o777 == 0o644
+
+
+def test_checkpoints_are_written_in_their_own_folder_then_moved_into_place(tmp_path, data_dir, monkeypatch):
+    """Not through the system temp folder (another file system, where a move is a copy): with that
+    folder unusable the run still checkpoints, and every file is moved over its target by os.replace."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-temp-folder"))
+    replaced = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: replaced.append((Path(src), Path(dst))) or real_replace(src, dst))
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=FAST)
+    assert train(config, progress_bar=False)["status"] == "completed"
+    ckpt_dir = config.run_dir() / "checkpoints"
+    moves = [(src, dst) for src, dst in replaced if dst.suffix == ".ckpt"]
+    assert "last.ckpt" in {dst.name for _, dst in moves} and any(dst.name.startswith("best-") for _, dst in moves)
+    assert all(src.parent == dst.parent == ckpt_dir for src, dst in moves)
+    assert not list(ckpt_dir.glob(".*.tmp"))
+
+
+def test_a_full_disk_ends_the_run_with_one_line_and_leaves_it_resumable(tmp_path, data_dir, capsys, monkeypatch):
+    """No space left while the run trains (simulated: chmod does not stop root): the command ends
+    with one line naming the path and the cause, the record says failed (not running), and --resume
+    continues from last.ckpt."""
+    import errno
+
+    full = tmp_path / "runs" / "full-disk.bin"
+
+    class DiskFull(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 4:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(full))
+
+    argv = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+            "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(data_dir), "--no-progress", *FAST]
+    import lra.train as train_module
+
+    original = train_module.train
+    with monkeypatch.context() as patch:  # `lra train` with the failing callback in the run
+        patch.setattr(train_module, "train", lambda config, **kw: original(config, callbacks=[DiskFull()], **kw))
+        code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"lra train: run failed: OSError: [Errno {errno.ENOSPC}] No space left on device: '{full}'" in err
+    rec = only_record(tmp_path / "runs")
+    assert rec["status"] == "failed" and "No space left on device" in rec["error"]
+    assert main([*argv, "--resume"]) == 0 and only_record(tmp_path / "runs")["status"] == "completed"
+
+
+def test_a_record_that_cannot_be_written_is_one_line_and_never_stuck_at_running(tmp_path, data_dir, capsys,
+                                                                                 monkeypatch):
+    import errno
+
+    from lra import records
+
+    real_write = records.atomic_write_text
+    calls = []
+
+    def full_after_first(path, text):  # the "running" record lands, then the disk is full
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real_write(path, text)
+
+    class Fail(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "checkpoints/last.ckpt")
+
+    monkeypatch.setattr(records, "atomic_write_text", full_after_first)
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=FAST)
+    with pytest.raises(RunFailed) as failure:
+        train(config, callbacks=[Fail()], progress_bar=False)
+    assert failure.value.traceback == ""
+    err = capsys.readouterr().err
+    assert f"could not record the run's end in {config.record_path()}" in err and "No space left" in err
+    # the record still says running, but no process holds the run: the next sweep resumes it
+    from lra.sweep import _classify
+
+    assert load(config.record_path())["status"] == "running"
+    assert _classify(config.run_dir(), skip_failed=True) == ("resume", "interrupted run, resuming from last.ckpt")
+
+
+def test_a_read_only_runs_dir_is_one_line_with_the_path(tmp_path, data_dir, capsys, monkeypatch):
+    import errno
+
+    from lra import run_lock
+
+    def read_only(self):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.path))
+
+    monkeypatch.setattr(run_lock.RunLock, "acquire", read_only)
+    code = main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+                 "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(data_dir), "--no-progress", *FAST])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("lra train: error: ") and err[-1].endswith("run.lock: Read-only file system")

@@ -231,3 +231,65 @@ def test_parallel_fill_reports_a_failed_chunk_without_running_the_rest(tmp_path,
                                 workers=2, chunk=8, progress=False)
     started = len(log.read_text().split())
     assert started < 20, f"{started} of 100 chunks ran after the error"     # was: all 100
+
+
+def _truncate(path, keep: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(keep)
+
+
+def test_a_truncated_listops_cache_stops_training_with_how_to_rebuild_it(tmp_path, capsys):
+    import shlex
+
+    from lra.cli import main
+
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    argv = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+            "--runs-dir", str(runs), "--data-dir", str(data), "--no-progress", "train.max_steps=2",
+            "train.val_check_interval=2", "train.batch_size=4", "data.limit_train=16", "data.limit_eval=4",
+            "optim.warmup_steps=1"]
+    dm = build_datamodule("listops", data_dir=data, batch_size=4, seq_len=64, limit_train=16, limit_eval=4)
+    dm.prepare_data()
+    train_tsv = dm.source.folder() / "basic_train.tsv"
+    _truncate(train_tsv, train_tsv.stat().st_size // 2)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"damaged data cache {dm.source.folder()}: {train_tsv} has" in err and "truncated" in err
+    assert [p.name for p in runs.glob("**/*") if p.is_file()] == ["run.lock"]  # the run never started
+    rebuild = err.split("Rebuild it: ")[1].strip()
+    assert rebuild.startswith("lra data generate listops ") and rebuild.endswith(" --force")
+    assert main(shlex.split(rebuild)[1:]) == 0                 # the command it names makes that cache again
+    cache.check_entry(dm.source.folder())
+    assert main(argv) == 0
+
+
+def test_a_truncated_image_cache_is_named_not_an_mmap_error(tmp_path):
+    dm = build_datamodule("pathfinder32", data_dir=tmp_path, batch_size=2, limit_train=8, limit_eval=4,
+                          generator_workers=1)
+    dm.prepare_data()
+    images = dm.source.folder() / "train" / image_store.IMAGES
+    _truncate(images, images.stat().st_size - 100)
+    with pytest.raises(cache.DamagedCache, match=rf"{images} has \d+ bytes.*lra data generate pathfinder32 .*--force"):
+        dm.prepare_data()
+    with pytest.raises(cache.DamagedCache):
+        dm.setup()
+
+
+def test_manifest_records_sizes_shapes_and_the_content_hash(tmp_path):
+    def build(staging):
+        np.save(staging / "a.npy", np.zeros((5, 3), dtype=np.uint8))
+
+    entry = cache.build_once(tmp_path / "entry", build, meta={})
+    import json
+
+    manifest = json.loads((entry / cache.MANIFEST).read_text())
+    assert manifest["files"]["a.npy"]["shape"] == [5, 3] and manifest["content_hash"] == cache.entry_hash(entry)
+    np.save(entry / "a.npy", np.zeros((3, 5), dtype=np.uint8))  # same size, other shape
+    with pytest.raises(cache.DamagedCache, match=r"shape \[3, 5\], \[5, 3\] when it was written"):
+        cache.build_once(entry, build, meta={})
+    (entry / "a.npy").unlink()
+    with pytest.raises(cache.DamagedCache, match="a.npy is missing"):
+        cache.build_once(entry, build, meta={})
+    assert cache.build_once(entry, build, meta={}, force=True) == entry
+    cache.check_entry(entry)

@@ -384,3 +384,20 @@ def test_pixel_statistics_match_the_original_generator(difficulty):
         if abs(ours[key] - want[key]) > tol:
             off[key] = (ours[key], want[key], f"±{tol}")
     assert not off, f"pixel statistics (ours, original, tolerance) differ: {off}"
+
+
+@pytest.mark.parametrize("where", ["../outside", "/etc", "imgs/../../outside"])
+def test_metadata_image_paths_outside_the_data_folder_are_refused(tmp_path, write_pathfinder, where):
+    from PIL import Image
+
+    folder, _, _ = write_pathfinder(tmp_path, n=4)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    Image.fromarray(np.zeros((32, 32), dtype=np.uint8), mode="L").save(outside / "secret.png")
+    meta = folder / "metadata" / "1.npy"
+    meta.write_text(meta.read_text() + f"{where} secret.png 9 1 1.8 14 4 5 1.5 3 1\n")
+    with pytest.raises(ValueError, match=rf"1\.npy:3: image path '.*secret\.png' leaves the data folder"):
+        pathfinder.read_metadata(folder)
+    with pytest.raises(ValueError, match="leaves the data folder"):
+        build_datamodule("pathfinder32", data_dir=tmp_path, batch_size=2, source="official",
+                         generator_workers=1).prepare_data()
