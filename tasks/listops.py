@@ -313,7 +313,7 @@ class GeneratedListOps(DataSource):
     def rebuild_command(self) -> str:
         """The `lra data generate` command that makes exactly this data set again."""
         p = self.params
-        return (f"lra data generate listops --out {shlex.quote(str(self.data_dir))} --n-train {p.n_train} "
+        return (f"lra data generate listops --data-dir {shlex.quote(str(self.data_dir))} --n-train {p.n_train} "
                 f"--n-val {p.n_val} --n-test {p.n_test} --min-len {p.min_length} --max-len {p.max_length}"
                 f"{f' --seed {p.seed}' if p.seed else ''} --force")
 

@@ -296,7 +296,7 @@ class GeneratedPathfinder(DataSource):
     def rebuild_command(self) -> str:
         """The `lra data generate` command that makes exactly this data set again."""
         c = self.counts
-        return (f"lra data generate {task_for_size(self.params.size)} --out {shlex.quote(str(self.data_dir))} "
+        return (f"lra data generate {task_for_size(self.params.size)} --data-dir {shlex.quote(str(self.data_dir))} "
                 f"--n-train {c.train} --n-val {c.val} --n-test {c.test} --difficulty {self.params.contour_length} "
                 f"--seed {self.seed} --force")
 
