@@ -22,7 +22,7 @@ examples:
 Runs whose completed result.json exists are skipped; interrupted runs resume from last.ckpt;
 failed and OOM runs are recorded and retried on the next sweep (unless --skip-failed).
 exit status: 0 every run completed (or was skipped), 1 some run failed or ran out of memory,
-2 bad input (nothing was run).
+2 bad input, or runs that would take long through the CPU interpreter without --yes (nothing was run).
 """
 
 
@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
                         help="sequence lengths, 4096 or 4K (default: each preset's)")
     parser.add_argument("--seeds", nargs="+", default=[0], metavar="SEED", help="random seeds (default: 0)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument("--yes", action="store_true",
+                        help="start even when runs would take long on this machine (Triton kernels through "
+                             "the CPU interpreter)")
     parser.add_argument("--skip-failed", action="store_true",
                         help="do not retry runs whose record says failed or oom (interrupted runs still resume)")
     parser.add_argument("--parallel", type=int, default=1, metavar="K",
@@ -144,8 +147,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--heartbeat must be >= 0 seconds (0: off), got {args.heartbeat}")
     plan = plan_sweep(spec)
     print(format_plan(plan), flush=True)
+    refusal = _long_on_this_machine(plan) if args.launcher == "local" else None
     if args.dry_run:
+        if refusal:
+            print(refusal, file=sys.stderr)
         return 0
+    if refusal and not args.yes:
+        print(refusal, file=sys.stderr)
+        return 2
     record_invalid(plan)
     pending = [r for r in plan if r.state in ("new", "resume", "retry")]
 
@@ -182,6 +191,16 @@ def run(args: argparse.Namespace) -> int:
           f"(recorded as failed). Records: {spec.runs_dir}/<task>/<attention>/<run-id>/result.json — "
           f"`lra table` summarises them.")
     return 0 if counts["failed"] + counts["oom"] + counts["diverged"] + stopped + invalid + not_started == 0 else 1
+
+
+def _long_on_this_machine(plan) -> str | None:
+    """The refusal of a sweep whose pending runs would take long through the Triton interpreter."""
+    from lra.interpreter_cost import long_run_warning, refusal
+    from lra.train import resolve_runtime
+
+    warnings = [w for r in plan if r.state in ("new", "resume", "retry")
+                for w in [long_run_warning(r.config, resolve_runtime(r.config).cuda)] if w]
+    return refusal(warnings, "lra sweep") if warnings else None
 
 
 class _Running:
