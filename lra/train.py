@@ -28,7 +28,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 import yaml
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
@@ -40,6 +40,7 @@ from lra.checkpoints import CHECKPOINT_DIR, LAST, checkpoint_callback
 from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
+from lra.progress_bar import StepProgressBar
 from lra.records import write_record
 from tasks.base import data_record, identity_id
 
@@ -193,7 +194,7 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
            RngState(),
            LearningRateMonitor(logging_interval="step"), *callbacks]
     if progress_bar:
-        cbs.append(RichProgressBar())
+        cbs.append(StepProgressBar())
     loggers = [CSVLogger(save_dir=run_dir, name="logs")]
     try:
         from pytorch_lightning.loggers import TensorBoardLogger
