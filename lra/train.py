@@ -41,6 +41,7 @@ from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
 from lra.progress_bar import StepProgressBar
+from lra.run_progress import StepLines
 from lra.records import write_record
 from tasks.base import data_record, identity_id
 
@@ -193,8 +194,7 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
     cbs = [StopOnDivergence(), stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / LAST),
            RngState(),
            LearningRateMonitor(logging_interval="step"), *callbacks]
-    if progress_bar:
-        cbs.append(StepProgressBar())
+    cbs.append(StepProgressBar() if progress_bar else StepLines())
     loggers = [CSVLogger(save_dir=run_dir, name="logs")]
     try:
         from pytorch_lightning.loggers import TensorBoardLogger
