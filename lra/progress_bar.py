@@ -4,7 +4,7 @@ What Lightning's `RichProgressBar` lacks for step-based runs: it counts the batc
 epoch under `Epoch 0/-2` (max_epochs=-1) and shows the logger's `v_num`. `StepProgressBar` keeps its
 columns, bars and refresh logic and changes only what they show:
 
-    step 1200/5000 ━━━━━━━━━━━━━━━━━━━━━━━━━  1200/5000 0:03:12 • 0:09:45 6.3it/s loss: 1.71 val_acc: 0.372 samples/s: 201
+    step ━━━━━━━━━━━━━━━━  1200/5000 0:03:12 • 0:09:45 6.3it/s loss: 1.71 val_acc: 0.372 samples/s: 201
 
 i.e. the optimizer step out of `max_steps` (right after a resume too), the latest training loss
 and validation accuracy, and the training throughput over the last batches.

@@ -66,7 +66,8 @@ class BuildProgress:
     def end_line(self, seconds: float, failed: bool) -> str:
         made = self.completed - self._start_completed
         if failed:
-            return f"{self.title}: stopped at {self.completed:,}/{self.total:,} {self.unit} after {human_seconds(seconds)}"
+            return (f"{self.title}: stopped at {self.completed:,}/{self.total:,} {self.unit} after "
+                    f"{human_seconds(seconds)}")
         rate = f" ({made / seconds:,.0f} {self.unit}/s)" if seconds > 0 and made else ""
         return f"{self.title}: done, {made:,} {self.unit} in {human_seconds(seconds)}{rate}"
 
