@@ -183,7 +183,7 @@ def train_argv(run: PlannedRun, spec: SweepSpec, *, python: str | None = None) -
     """`python -m lra train ...` for one cell; resolves to exactly `run.config`."""
     argv = [python or sys.executable, "-m", "lra", "train", "--task", run.task, "--attention", run.attention,
             "--preset", spec.preset, "--seed", str(run.seed), "--runs-dir", str(spec.runs_dir),
-            "--resume", "--no-progress"]
+            "--resume", "--no-progress", "--yes"]   # the sweep asked for --yes in its plan
     if spec.runs_per_gpu != 1:
         argv += ["--runs-per-gpu", str(spec.runs_per_gpu)]
     if run.seq_len is not None:

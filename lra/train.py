@@ -31,7 +31,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 import yaml
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
@@ -43,6 +43,8 @@ from lra.checkpoints import CHECKPOINT_DIR, LAST, AtomicCheckpointIO, checkpoint
 from lra.config import RunConfig, parse_devices
 from lra.model import DataSpec
 from lra.module import LraModule
+from lra.progress_bar import StepProgressBar
+from lra.run_progress import StepLines
 from lra.records import write_record
 from lra.run_lock import RunLock
 from tasks.base import data_record, identity_id
@@ -196,8 +198,7 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
     cbs = [StopOnDivergence(), stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / LAST),
            RngState(),
            LearningRateMonitor(logging_interval="step"), *callbacks]
-    if progress_bar:
-        cbs.append(RichProgressBar())
+    cbs.append(StepProgressBar() if progress_bar else StepLines())
     loggers = [CSVLogger(save_dir=run_dir, name="logs")]
     try:
         from pytorch_lightning.loggers import TensorBoardLogger

@@ -1,15 +1,15 @@
 """Pixel data sets on disk: `images.npy` (N, H, W) uint8, memory-mapped, + `labels.npy` (N,) int64.
 
-`fill_images` writes the image array in parallel over CPU cores, chunk by chunk, with a progress
-bar. Finished chunks are recorded in `done.npy`, so an interrupted fill resumes where it stopped
-(used inside a cache staging folder, see `tasks.cache`).
+`fill_images` writes the image array in parallel over CPU cores, chunk by chunk, reporting through
+`tasks.build_progress`. Finished chunks are recorded in `done.npy`, so an interrupted fill resumes
+where it stopped (used inside a cache staging folder, see `tasks.cache`).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import os
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -82,8 +82,12 @@ def default_workers() -> int:
 
 
 def fill_images(folder: Path, n: int, shape: Sequence[int], job: Job, *, workers: int | None = None,
-                chunk: int | None = None, description: str = "images", progress: bool | None = None) -> dict:
+                chunk: int | None = None, description: str = "images", progress: bool | None = None,
+                report=None) -> dict:
     """Create (or resume) `folder/images.npy` with `n` images of `shape` filled by `job`.
+
+    Progress: `report` (a `tasks.build_progress.BuildProgress` of a larger build, advanced by the
+    images made here), else a `BuildProgress` of its own titled `description` (`progress`: its bar).
 
     Returns {"labels": array or None, "seconds": wall time, "cpu_seconds": time summed over chunks,
     "images": images made in this call}. Labels returned by the job are collected in order."""
@@ -132,7 +136,6 @@ def fill_images(folder: Path, n: int, shape: Sequence[int], job: Job, *, workers
 
     todo = [i for i, d in enumerate(done) if not d]
     made = sum(min(starts[i] + chunk, n) - starts[i] for i in todo)
-    show = sys.stderr.isatty() if progress is None else progress
     t0 = time.perf_counter()
     cpu = 0.0
 
@@ -149,20 +152,14 @@ def fill_images(folder: Path, n: int, shape: Sequence[int], job: Job, *, workers
         np.save(tmp, done)
         os.replace(tmp, folder / DONE)
 
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=not show, transient=False) as bar:
-        task = bar.add_task(description, total=n, completed=n - made, rate="")
-        finished = 0
-
-        def advance(count):
-            nonlocal finished
-            finished += count
-            elapsed = time.perf_counter() - t0
-            bar.update(task, advance=count, rate=f"{finished / max(elapsed, 1e-9):,.0f} img/s")
-
+    if report is None:
+        from .build_progress import BuildProgress
+        reporting = BuildProgress(description, n, "images", folder, nbytes=n * int(np.prod(shape)),
+                                  completed=n - made, show=progress)
+    else:
+        reporting = contextlib.nullcontext(report)
+    with reporting as bar:
+        advance = bar.advance
         if workers == 1 or len(todo) <= 1:
             for i in todo:
                 stop = min(starts[i] + chunk, n)

@@ -179,32 +179,36 @@ def _chunk(p: ListOpsParams, index: int, attempts: int) -> list[tuple[str, int]]
     return kept
 
 
-def generate(p: ListOpsParams, out_dir: Path, *, workers: int = 1, progress: bool | None = None) -> dict:
+def expected_row_bytes(p: ListOpsParams) -> float:
+    """Rough size of one TSV row: about 6 characters per token (the token, its space and the
+    parentheses of LRA's nesting), lengths spread over (min_length, max_length)."""
+    return 6.0 * (p.min_length + p.max_length) / 2
+
+
+def generate(p: ListOpsParams, out_dir: Path, *, workers: int = 1, progress: bool | None = None,
+             where: Path | None = None) -> dict:
     """Write basic_{train,val,test}.tsv with de-duplicated trees; deterministic for a given `p`
-    whatever the number of workers (chunks are consumed in order)."""
-    import sys
+    whatever the number of workers (chunks are consumed in order). `where`: the folder named in the
+    progress lines (the cache entry `out_dir` becomes; default `out_dir`)."""
     import time
 
+    from .build_progress import BuildProgress
     from .image_store import process_pool
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     total = p.n_train + p.n_val + p.n_test
     attempts = 256
     seen: set[str] = set()
     rows: list[tuple[str, int]] = []
     t0 = time.perf_counter()
-    show = sys.stderr.isatty() if progress is None else progress
-    with Progress(TextColumn("[bold]listops"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=not show) as bar:
-        task = bar.add_task("listops", total=total)
+    with BuildProgress(f"generating ListOps (lengths {p.min_length}-{p.max_length})", total, "expressions",
+                       where or out_dir, nbytes=total * expected_row_bytes(p), show=progress) as bar:
 
         def take(batch):
             for text, value in batch:
                 if len(rows) < total and text not in seen:
                     seen.add(text)
                     rows.append((text, value))
-            bar.update(task, completed=len(rows))
+            bar.update(len(rows))
 
         index = 0
         if workers <= 1:
@@ -307,7 +311,7 @@ class GeneratedListOps(DataSource):
         from .image_store import default_workers
         workers = self.workers if self.workers is not None else min(default_workers(), 16)
         return cache.build_once(self.folder(), lambda staging: generate(self.params, staging, workers=workers,
-                                                                        progress=progress),
+                                                                        progress=progress, where=self.folder()),
                                 meta=self.params.key(), force=force, rebuild=self.rebuild_command())
 
     def rebuild_command(self) -> str:

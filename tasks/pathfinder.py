@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import cache, image_store, pathfinder_gen, release
+from .build_progress import BuildProgress
 from .base import DataSource, PixelSplit, file_stamps
 
 SPLITS = ("train", "val", "test")
@@ -196,8 +197,10 @@ class OfficialPathfinder(DataSource):
                 raise ValueError(f"{self.folder}: every listed image is empty")
             job = image_store.Job("tasks.pathfinder:decode_pngs",
                                   {"paths": [str(r.image) for r in keep], "sources": [r.source for r in keep]})
-            image_store.fill_images(staging, len(keep), (self.size, self.size), job, workers=self.workers,
-                                    description=f"decoding pathfinder{self.size} PNGs", progress=progress)
+            with BuildProgress(f"decoding {pretty_name(self.size)} PNGs of {self.folder}", len(keep), "images",
+                               target, nbytes=len(keep) * self.size * self.size, show=progress) as bar:
+                image_store.fill_images(staging, len(keep), (self.size, self.size), job, workers=self.workers,
+                                        report=bar)
             image_store.save_labels(staging, np.array([r.label for r in keep], dtype=np.int64))
             image_store.finish(staging)
 
@@ -271,22 +274,15 @@ class GeneratedPathfinder(DataSource):
         stats = {}
 
         def build(staging: Path) -> None:
-            for split in SPLITS:
-                n = getattr(self.counts, split)
-                if image_store.is_filled(staging / split, n, (self.params.size, self.params.size)):
-                    # finished before an interruption: resume with the next split
-                    stats[split] = {"seconds": 0.0, "cpu_seconds": 0.0, "images": 0}
-                    continue
-                job = image_store.Job("tasks.pathfinder:generate_chunk",
-                                      {"params": params, "seed": self.seed, "split": split})
-                result = image_store.fill_images(
-                    staging / split, n, (self.params.size, self.params.size), job, workers=self.workers,
-                    description=f"{task_for_size(self.params.size)} {split}", progress=progress)
-                labels = result["labels"] if result["labels"] is not None else np.zeros(0, np.int64)
-                image_store.save_labels(staging / split, labels)
-                image_store.finish(staging / split)
-                stats[split] = {"seconds": result["seconds"], "cpu_seconds": result["cpu_seconds"],
-                                "images": result["images"]}
+            shape = (self.params.size, self.params.size)
+            total = sum(getattr(self.counts, split) for split in SPLITS)
+            filled = [split for split in SPLITS
+                      if image_store.is_filled(staging / split, getattr(self.counts, split), shape)]
+            with BuildProgress(f"generating {self.title()}", total, "images", target,
+                               nbytes=total * shape[0] * shape[1], show=progress,
+                               completed=sum(getattr(self.counts, split) for split in filled)) as bar:
+                for split in SPLITS:
+                    self._build_split(staging, split, shape, params, split in filled, bar, stats)
 
         out = cache.build_once(target, build, meta={**self.key, "counts": dataclasses.asdict(self.counts)},
                                force=force, rebuild=self.rebuild_command())
@@ -299,6 +295,30 @@ class GeneratedPathfinder(DataSource):
         return (f"lra data generate {task_for_size(self.params.size)} --data-dir {shlex.quote(str(self.data_dir))} "
                 f"--n-train {c.train} --n-val {c.val} --n-test {c.test} --difficulty {self.params.contour_length} "
                 f"--seed {self.seed} --force")
+
+    def title(self) -> str:
+        """E.g. 'Pathfinder-32 hard (contour length 14)'."""
+        names = {length: name for name, length in pathfinder_gen.DIFFICULTIES.items()}
+        length = self.params.contour_length
+        return f"{pretty_name(self.params.size)} {names.get(length, '')} (contour length {length})".replace("  ", " ")
+
+    def _build_split(self, staging: Path, split: str, shape, params: dict, filled: bool, bar, stats: dict) -> None:
+        """Images and labels of one split into `staging/split`, reported to `bar`."""
+        n = getattr(self.counts, split)
+        if filled:
+            # finished before an interruption: resume with the next split
+            stats[split] = {"seconds": 0.0, "cpu_seconds": 0.0, "images": 0}
+            return
+        job = image_store.Job("tasks.pathfinder:generate_chunk",
+                              {"params": params, "seed": self.seed, "split": split})
+        result = image_store.fill_images(
+            staging / split, n, shape, job, workers=self.workers,
+            description=f"{task_for_size(self.params.size)} {split}", report=bar)
+        labels = result["labels"] if result["labels"] is not None else np.zeros(0, np.int64)
+        image_store.save_labels(staging / split, labels)
+        image_store.finish(staging / split)
+        stats[split] = {"seconds": result["seconds"], "cpu_seconds": result["cpu_seconds"],
+                        "images": result["images"]}
 
     def load(self, split: str) -> PixelSplit:
         folder = self.prepare()
@@ -321,6 +341,11 @@ class GeneratedPathfinder(DataSource):
         c = self.counts
         return (f"generated {task_for_size(self.params.size)} (contour length {self.params.contour_length}, "
                 f"{c.train}/{c.val}/{c.test}, seed {self.seed}) in {self.parent}")
+
+
+def pretty_name(size: int) -> str:
+    """32 -> 'Pathfinder-32', 128 -> 'Path-X (128x128)'."""
+    return {128: "Path-X (128x128)", 256: "Path-256"}.get(size, f"Pathfinder-{size}")
 
 
 def task_for_size(size: int) -> str:

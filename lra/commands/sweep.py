@@ -22,7 +22,7 @@ examples:
 Runs whose completed result.json exists are skipped; interrupted runs resume from last.ckpt;
 failed and OOM runs are recorded and retried on the next sweep (unless --skip-failed).
 exit status: 0 every run completed (or was skipped), 1 some run failed or ran out of memory,
-2 bad input (nothing was run).
+2 bad input, or runs that would take long through the CPU interpreter without --yes (nothing was run).
 """
 
 
@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
                         help="sequence lengths, 4096 or 4K (default: each preset's)")
     parser.add_argument("--seeds", nargs="+", default=[0], metavar="SEED", help="random seeds (default: 0)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument("--yes", action="store_true",
+                        help="start even when runs would take long on this machine (Triton kernels through "
+                             "the CPU interpreter)")
     parser.add_argument("--skip-failed", action="store_true",
                         help="do not retry runs whose record says failed or oom (interrupted runs still resume)")
     parser.add_argument("--parallel", type=int, default=1, metavar="K",
@@ -146,8 +149,14 @@ def run(args: argparse.Namespace) -> int:
         require_slurm()
     plan = plan_sweep(spec)
     print(format_plan(plan), flush=True)
+    refusal = _long_on_this_machine(plan) if args.launcher == "local" else None
     if args.dry_run:
+        if refusal:
+            print(refusal, file=sys.stderr)
         return 0
+    if refusal and not args.yes:
+        print(refusal, file=sys.stderr)
+        return 2
     record_invalid(plan)
     pending = [r for r in plan if r.state in ("new", "resume", "retry")]
 
@@ -188,38 +197,71 @@ def run(args: argparse.Namespace) -> int:
     return 0 if counts["failed"] + counts["oom"] + counts["diverged"] + stopped + invalid + not_started == 0 else 1
 
 
-class _Running:
-    """The runs in flight (label, train.log, start time) and what each last reported."""
+def _long_on_this_machine(plan) -> str | None:
+    """The refusal of a sweep whose pending runs would take long through the Triton interpreter."""
+    from lra.interpreter_cost import long_run_warning, refusal
+    from lra.train import resolve_runtime
 
-    def __init__(self):
+    warnings = [w for r in plan if r.state in ("new", "resume", "retry")
+                for w in [long_run_warning(r.config, resolve_runtime(r.config).cuda)] if w]
+    return refusal(warnings, "lra sweep") if warnings else None
+
+
+class _Running:
+    """The runs in flight (label, train.log, start time), what each last reported, and the
+    durations of the finished ones (for the sweep's ETA)."""
+
+    def __init__(self, total: int = 0, slots: int = 1):
         self.lock = threading.Lock()
         self.runs: dict = {}   # label -> (run, log path, gpu, start time)
+        self.total = total
+        self.slots = slots
+        self.finished_s: list[float] = []
 
     def start(self, run, log_path, gpu) -> None:
         with self.lock:
             self.runs[run.label] = (run, log_path, gpu, time.perf_counter())
 
-    def stop(self, run) -> None:
+    def stop(self, run, seconds: float | None = None) -> None:
         with self.lock:
             self.runs.pop(run.label, None)
+            if seconds is not None:
+                self.finished_s.append(seconds)
+
+    def eta(self) -> str:
+        """'ETA 12m30s' for the whole sweep (lra.sweep_eta), 'ETA ?' before anything tells."""
+        from lra.run_progress import read_progress
+        from lra.sweep_eta import RunningRun, format_eta, seconds_left
+
+        with self.lock:
+            items = list(self.runs.values())
+            finished = list(self.finished_s)
+        now = time.perf_counter()
+        running = []
+        for _, log_path, _, started in items:
+            progress = read_progress(log_path)
+            running.append(RunningRun(now - started, progress.fraction if progress else None))
+        queued = max(0, self.total - len(finished) - len(running))
+        return format_eta(seconds_left(finished, running, queued, self.slots))
 
     def lines(self, short: bool = False) -> list[str]:
-        """One line per running run; `short` (for the progress bar's width): task/attention/seed and
-        the step and val_acc only."""
-        from lra.sweep import latest_progress
+        """One line per running run; `short` (for the progress bar's width): task/attention/seed,
+        step/max_steps and the latest val acc."""
+        from lra.run_progress import read_progress
 
         with self.lock:
             items = list(self.runs.items())
         now = time.perf_counter()
         out = []
         for label, (run, log_path, gpu, started) in items:
-            latest = latest_progress(log_path)
+            progress = read_progress(log_path)
             if short:
-                name = f"{run.task}/{run.attention}/s{run.seed}"
-                out.append(f"{name} {' '.join(latest.split()[:4]) if latest else 'starting'}")
+                latest = progress.short() if progress else f"starting ({now - started:.0f}s)"
+                out.append(f"{run.task}/{run.attention}/s{run.seed} {latest}")
                 continue
             where = f" gpu {gpu}" if gpu is not None else ""
-            out.append(f"{label}{where}  {now - started:.0f}s  {latest or f'no validation yet (log: {log_path})'}")
+            latest = progress.long() if progress else f"no training step yet (log: {log_path})"
+            out.append(f"{label}{where}  {now - started:.0f}s  {latest}")
         return out
 
 
@@ -241,7 +283,7 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
     terminal."""
     if not pending:
         return []
-    running = _Running()
+    running = _Running(len(pending), parallel * getattr(spec, "runs_per_gpu", 1))
     stop = threading.Event()
     interactive = sys.stdout.isatty()
     if not interactive:
@@ -252,13 +294,16 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
             print(f"[start] {run.label}  (log: {log_path})", flush=True)
 
         def on_done(outcome):
-            running.stop(outcome.run)
+            running.stop(outcome.run, outcome.seconds)
             finished[0] += 1
             print(f"[{finished[0]}/{len(pending)}] {describe_outcome(outcome)}", flush=True)
 
         def heartbeat():
-            for line in running.lines():
+            lines = running.lines()
+            for line in lines:
                 print(f"[running] {line}", flush=True)
+            if lines:
+                print(f"[sweep] {finished[0]}/{len(pending)} done, {running.eta()}", flush=True)
 
         if heartbeat_s > 0:
             _every(heartbeat_s, heartbeat, stop)
@@ -271,18 +316,18 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}")) as progress:
-        bar = progress.add_task("", total=len(pending))
+                  TextColumn("{task.fields[eta]}"), TextColumn("{task.description}")) as progress:
+        bar = progress.add_task("", total=len(pending), eta="ETA ?")
 
         def show_running():
-            progress.update(bar, description=" | ".join(running.lines(short=True)))
+            progress.update(bar, description=" | ".join(running.lines(short=True)), eta=running.eta())
 
         def on_start(run, log_path, gpu):
             running.start(run, log_path, gpu)
             show_running()
 
         def on_done(outcome):
-            running.stop(outcome.run)
+            running.stop(outcome.run, outcome.seconds)
             progress.console.print(describe_outcome(outcome))
             progress.update(bar, advance=1)
             show_running()

@@ -18,7 +18,7 @@ optim.schedule: linear | cosine | constant | onecycle (torch's OneCycleLR, as in
 attention options can also be given as --attention.<option> VALUE (see `lra info`).
 
 exit status: 0 completed, 1 the run failed or ran out of memory (its result.json says why),
-2 bad input (nothing was run).
+2 bad input, or a run that would take long through the CPU interpreter without --yes (nothing was run).
 """
 
 
@@ -79,6 +79,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--runs-per-gpu", type=int, default=1, metavar="K",
                         help="how many runs share this GPU (set by `lra sweep --runs-per-gpu`); recorded "
                              "beside the measured throughput, which speed tables take from solo runs only")
+    parser.add_argument("--yes", action="store_true",
+                        help="start even when the run would take long on this machine (Triton kernels through "
+                             "the CPU interpreter)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved config (preset <- overrides <- options) as YAML and exit; "
                              "trains nothing, reads no data")
@@ -121,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(config.to_yaml())
         return 0
+    if not args.yes:
+        refusal = _long_on_this_machine(config)
+        if refusal:
+            print(refusal, file=sys.stderr)
+            return 2
     try:
         record = train(config, resume=args.resume, force=args.force, progress_bar=args.progress,
                        runs_per_gpu=args.runs_per_gpu)
@@ -133,6 +141,15 @@ def run(args: argparse.Namespace) -> int:
     if is_global_zero():  # under DDP every rank runs this command; one summary is enough
         _print_summary(record, config)
     return 0
+
+
+def _long_on_this_machine(config) -> str | None:
+    """The refusal of a run that would take long through the Triton interpreter, else None."""
+    from lra.interpreter_cost import long_run_warning, refusal
+    from lra.train import resolve_runtime
+
+    warning = long_run_warning(config, resolve_runtime(config).cuda)
+    return refusal([warning], "lra train") if warning else None
 
 
 def _fmt(value, pattern: str, missing: str = "-") -> str:

@@ -1,0 +1,74 @@
+"""The sweep's live display: step/max_steps and val acc per running run as soon as it trains, and
+an ETA for the whole sweep."""
+from __future__ import annotations
+
+import io
+import time
+from contextlib import redirect_stdout
+from types import SimpleNamespace
+
+import pytest
+
+from lra.run_progress import StepLines, read_progress
+from lra.sweep_eta import RunningRun, format_eta, seconds_left
+
+
+def test_read_progress_takes_the_latest_step_of_either_line_and_the_latest_val_acc(tmp_path):
+    log = tmp_path / "train.log"
+    assert read_progress(log) is None
+    log.write_text("training listops/softmax ...\n")
+    assert read_progress(log) is None
+    log.write_text("training ...\nstep 1/20  loss 2.3026  40 samples/s\n")
+    progress = read_progress(log)
+    assert (progress.step, progress.max_steps, progress.val_acc) == (1, 20, None)
+    assert progress.short() == "step 1/20" and progress.fraction == pytest.approx(0.05)
+    log.write_text("step 10/20  val_acc 0.3000  best 0.3000 (step 10)  4.0s\nstep 14/20  loss 1.9\n")
+    progress = read_progress(log)
+    assert progress.short() == "step 14/20 val 0.300" and progress.long() == "step 14/20  val_acc 0.3000"
+
+
+def test_step_lines_print_the_first_step_at_once_then_every_few_seconds():
+    import torch
+
+    trainer = SimpleNamespace(global_step=1, max_steps=20, world_size=1, is_global_zero=True,
+                              callback_metrics={"train/loss": torch.tensor(2.5)})
+    lines = StepLines(every_s=3600)
+    batch = {"input_ids": torch.zeros(8, 16)}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        lines.on_train_batch_start(trainer, None, batch, 0)
+        lines.on_train_batch_end(trainer, None, None, batch, 0)
+        trainer.global_step = 2
+        lines.on_train_batch_end(trainer, None, None, batch, 1)       # within every_s: silent
+    printed = out.getvalue().splitlines()
+    assert len(printed) == 1 and printed[0].startswith("step 1/20  loss 2.5000")
+
+
+def test_eta_from_finished_runs_and_step_progress():
+    assert seconds_left([], [RunningRun(30.0, None)], queued=3, slots=1) is None        # nothing tells yet
+    # no run finished: a run 1/4 through after 60 s takes 240 s; 180 s left + 2 queued x 240 s
+    assert seconds_left([], [RunningRun(60.0, 0.25)], queued=2, slots=1) == pytest.approx(660.0)
+    # finished runs took 100 s on average; two slots share the work
+    assert seconds_left([90.0, 110.0], [RunningRun(50.0, 0.5), RunningRun(10.0, None)], queued=2,
+                        slots=2) == pytest.approx((50.0 + 90.0 + 200.0) / 2)
+    assert format_eta(3725) == "ETA 1h02m" and format_eta(200) == "ETA 3m20s" and format_eta(None) == "ETA ?"
+
+
+def test_the_heartbeat_shows_steps_before_the_first_validation_and_an_eta(tmp_path, monkeypatch, capsys):
+    from lra.cli import main
+
+    def slow_run(argv, env, log_path):
+        with open(log_path, "a") as log:
+            log.write("training listops/softmax ...\nstep 5/20  loss 2.1000  40 samples/s\n")
+        time.sleep(0.6)
+        return 1
+
+    monkeypatch.setattr("lra.sweep._default_runner", slow_run)
+    main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "--seq-lens", "64",
+          "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), "--heartbeat", "0.1",
+          "train.max_steps=4", "train.val_check_interval=2", "data.limit_train=16", "data.limit_eval=8"])
+    out = capsys.readouterr().out
+    running = [line for line in out.splitlines() if line.startswith("[running]")]
+    assert running and "step 5/20  no validation yet" in running[-1], out + capsys.readouterr().err
+    eta = [line for line in out.splitlines() if line.startswith("[sweep]")]
+    assert eta and eta[-1].startswith("[sweep] 0/1 done, ETA ")  and "ETA ?" not in eta[-1]
