@@ -100,14 +100,8 @@ def rows(path: Path) -> Iterator[tuple[tuple[np.ndarray], int]]:
 
 def token_cache(data_dir: Path, folder: Path, max_len: int, force: bool = False) -> Path:
     """The memory-mapped token cache (`tasks.token_store`) of the TSVs in `folder`, tokenised once."""
-    files = [Path(folder) / FILES[split] for split in FILES]
-
-    def write(staging: Path) -> None:
-        for split, path in zip(FILES, files):
-            token_store.write_split(staging / split, rows(path), documents=1, max_len=max_len)
-
-    key = {"task": "listops", "files": token_store.stamps(files), "max_len": max_len}
-    return token_store.build(data_dir, "listops", key, write, force=force)
+    files = {split: Path(folder) / name for split, name in FILES.items()}
+    return token_store.build_files(data_dir, "listops", files, rows, documents=1, max_len=max_len, force=force)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -150,3 +150,15 @@ def build(data_dir: Path, name: str, key: dict, write: Callable[[Path], None], *
     target = entry_folder(data_dir, name, key)
     return cache.build_once(target, write, meta={**key, "format": FORMAT}, force=force,
                             rebuild=f"remove {target}; the next run tokenises the data again")
+
+
+def build_files(data_dir: Path, name: str, files: dict[str, Path], rows: Callable[[Path], Iterable[Row]], *,
+                documents: int, max_len: int, force: bool = False) -> Path:
+    """`build` for data sets of one file per split (`files`: split -> path), each read by `rows(path)`;
+    the key holds the files' paths, sizes and times and `max_len`."""
+    def write(staging: Path) -> None:
+        for split, path in files.items():
+            write_split(staging / split, rows(path), documents=documents, max_len=max_len)
+
+    key = {"task": name, "files": stamps(files.values()), "max_len": max_len}
+    return build(data_dir, name, key, write, force=force)
