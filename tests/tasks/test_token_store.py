@@ -94,3 +94,17 @@ def test_limit_train_serves_the_first_examples_of_the_mapped_split(tmp_path, wri
     assert isinstance(ds, TokenDataset) and len(ds) == 2 and len(ds.split) == 4
     with pytest.raises(IndexError):
         ds[2]
+
+
+def test_text_and_retrieval_map_their_token_caches(tmp_path, write_imdb, write_aan):
+    write_imdb(tmp_path)
+    write_aan(tmp_path)
+    for task, documents in (("text", 1), ("retrieval", 2)):
+        dm = build_datamodule(task, data_dir=tmp_path, batch_size=2, seq_len=16)
+        dm.setup()
+        for split in ("train", "val", "test"):
+            sequences = dm.dataset(split).split.sequences
+            assert len(sequences) == documents and all(_mapped(seq.flat) for seq in sequences)
+        entry = dm.dataset("test").split.folder.parent
+        assert entry.name.startswith(f"{task}-tokens-") and sorted(p.name for p in entry.iterdir() if p.is_dir()) == [
+            "test", "train", "val"]
