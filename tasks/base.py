@@ -4,7 +4,8 @@ Data sources (official files, generators, tfds, local folders) hand over each sp
 forms:
   * `TokenSplit`: one or two (retrieval) ragged token arrays plus labels. Tokens are stored as
     they come (raw bytes for text, ids for ListOps); the dataset adds `token_offset` so that id 0
-    stays free for padding.
+    stays free for padding. The sources tokenise once into a memory-mapped cache
+    (`tasks.token_store`), so a split's arrays are usually memory maps read page by page.
   * `PixelSplit`: a uint8 (N, H, W) array (usually memory-mapped) plus labels. Every pixel is a
     token (ids 0..255); pixel 0 is black, a real value, and is never padding.
 
@@ -52,7 +53,8 @@ def check_utf8(path: Path, lineno: int, line: str) -> None:
 
 
 class Ragged:
-    """N variable-length 1-D arrays stored as one flat array + offsets (N + 1)."""
+    """N variable-length 1-D arrays stored as one flat array + offsets (N + 1), either of which may
+    be a memory map: an item is a slice of `flat`, read from disk when used."""
 
     def __init__(self, flat: np.ndarray, offsets: np.ndarray):
         self.flat = flat
@@ -85,9 +87,18 @@ class Ragged:
 class TokenSplit:
     sequences: tuple[Ragged, ...]     # one per document (two for retrieval)
     labels: np.ndarray                # (N,) int64
+    folder: Path | None = None        # the split folder its arrays are mapped from (tasks.token_store)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def __reduce__(self):
+        # A split mapped from a folder pickles as that folder (DataLoader workers started with
+        # "spawn" map the files again instead of receiving a copy of the data).
+        if self.folder is None:
+            return super().__reduce__()
+        from .token_store import open_split
+        return open_split, (self.folder,)
 
 
 @dataclass

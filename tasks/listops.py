@@ -11,6 +11,9 @@ node at depth < 10 is an operator with probability 0.25, else a value; an operat
 arguments; the length (operators + values + closing brackets) must satisfy 500 < length < 2000;
 trees are de-duplicated; 96k / 2k / 2k examples, written in the same TSV format (same nesting of
 parentheses) so that one reader serves both.
+
+Both sources tokenise the three TSVs once into a memory-mapped token cache (`token_cache`,
+`tasks.token_store`), keyed by the files' paths, sizes and times and by `max_len`; runs map it.
 """
 from __future__ import annotations
 
@@ -19,11 +22,12 @@ import shlex
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
-from . import cache, release
-from .base import DataSource, Ragged, TokenSplit, check_utf8, file_stamps
+from . import cache, release, token_store
+from .base import DataSource, TokenSplit, check_utf8, file_stamps
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -61,10 +65,11 @@ def encode(expression: str) -> np.ndarray:
     return ids.astype(np.uint8)
 
 
-def read_tsv(path: Path, max_len: int | None = None) -> TokenSplit:
-    """Read an official-format ListOps TSV; errors name the file and the line."""
+def rows(path: Path) -> Iterator[tuple[tuple[np.ndarray], int]]:
+    """The ((token ids,), label) rows of an official-format ListOps TSV, read line by line; errors
+    name the file and the line."""
     path = Path(path)
-    arrays, labels = [], []
+    count = 0
     with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as handle:
         for lineno, raw in enumerate(handle, start=1):
             line = raw.rstrip("\r\n")
@@ -87,11 +92,16 @@ def read_tsv(path: Path, max_len: int | None = None) -> TokenSplit:
                 label = -1
             if not 0 <= label <= 9:
                 raise ValueError(f"{path}:{lineno}: Target must be an integer 0-9, got {fields[1]!r}")
-            arrays.append(ids)
-            labels.append(label)
-    if not labels:
+            count += 1
+            yield (ids,), label
+    if not count:
         raise ValueError(f"{path}: no examples")
-    return TokenSplit((Ragged.from_arrays(arrays, np.uint8, max_len=max_len),), np.asarray(labels, np.int64))
+
+
+def token_cache(data_dir: Path, folder: Path, max_len: int, force: bool = False) -> Path:
+    """The memory-mapped token cache (`tasks.token_store`) of the TSVs in `folder`, tokenised once."""
+    files = {split: Path(folder) / name for split, name in FILES.items()}
+    return token_store.build_files(data_dir, "listops", files, rows, documents=1, max_len=max_len, force=force)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,9 +280,12 @@ class OfficialListOps(DataSource):
             f"Unpack it again from {release.LRA_RELEASE_URL}, or use the generator: "
             f"lra data generate listops --data-dir {self.data_dir} (source='generated').")
 
-    def load(self, split: str) -> TokenSplit:
+    def prepare(self, force: bool = False) -> Path:
         self.require()
-        return read_tsv(self.folder / FILES[split], max_len=self.max_len)
+        return token_cache(self.data_dir, self.folder, self.max_len, force=force)
+
+    def load(self, split: str) -> TokenSplit:
+        return token_store.open_split(self.prepare() / split)
 
     def describe(self) -> str:
         return f"official ListOps TSV in {self.folder}"
@@ -308,11 +321,14 @@ class GeneratedListOps(DataSource):
         return ""
 
     def prepare(self, progress: bool | None = None, force: bool = False) -> Path:
+        """Generate the TSVs (once) and tokenise them into the token cache; returns the TSVs' folder."""
         from .image_store import default_workers
         workers = self.workers if self.workers is not None else min(default_workers(), 16)
-        return cache.build_once(self.folder(), lambda staging: generate(self.params, staging, workers=workers,
-                                                                        progress=progress, where=self.folder()),
-                                meta=self.params.key(), force=force, rebuild=self.rebuild_command())
+        folder = cache.build_once(self.folder(), lambda staging: generate(self.params, staging, workers=workers,
+                                                                          progress=progress, where=self.folder()),
+                                  meta=self.params.key(), force=force, rebuild=self.rebuild_command())
+        token_cache(self.data_dir, folder, self.max_len, force=force)
+        return folder
 
     def rebuild_command(self) -> str:
         """The `lra data generate` command that makes exactly this data set again."""
@@ -322,9 +338,8 @@ class GeneratedListOps(DataSource):
                 f"{f' --seed {p.seed}' if p.seed else ''} --force")
 
     def load(self, split: str) -> TokenSplit:
-        if not cache.is_complete(self.folder()):
-            self.prepare()
-        return read_tsv(self.folder() / FILES[split], max_len=self.max_len)
+        folder = self.folder() if cache.is_complete(self.folder()) else self.prepare()
+        return token_store.open_split(token_cache(self.data_dir, folder, self.max_len) / split)
 
     def identity(self) -> dict:
         key = dict(self.params.key())

@@ -4,15 +4,18 @@ Official layout (LRA release): `tsv_data/new_aan_pairs.{train,eval,test}.tsv`, n
 tab-separated columns: label, id1, id2, text1, text2 (label written as 0/1 or 0.0/1.0). A field
 wrapped in double quotes is unquoted CSV-style ("" -> "), as TensorFlow's CSV reader that LRA used
 does. Each text is UTF-8 encoded and cut to `max_len` bytes (LRA: 4,000; our default 4,096).
+The three files are tokenised once into a memory-mapped token cache (`tasks.token_store`), keyed by
+their paths, sizes and times and by `max_len`; runs map it.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
-from . import release
-from .base import DataSource, Ragged, TokenSplit, check_utf8
+from . import release, token_store
+from .base import DataSource, TokenSplit, check_utf8
 
 FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 
@@ -23,10 +26,11 @@ def _unquote(field: str) -> str:
     return field
 
 
-def read_tsv(path: Path, max_len: int) -> TokenSplit:
-    """Read one AAN pairs file; ValueError names the file and line of a corrupt row."""
+def rows(path: Path) -> Iterator[tuple[tuple[np.ndarray, np.ndarray], int]]:
+    """The ((bytes of text1, bytes of text2), label) rows of one AAN pairs file, read line by line;
+    ValueError names the file and line of a corrupt row."""
     path = Path(path)
-    first, second, labels = [], [], []
+    count = 0
     with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as handle:
         for lineno, raw in enumerate(handle, start=1):
             line = raw.rstrip("\r\n")
@@ -43,14 +47,11 @@ def read_tsv(path: Path, max_len: int) -> TokenSplit:
                 value = -1.0
             if value not in (0.0, 1.0):
                 raise ValueError(f"{path}:{lineno}: label must be 0 or 1, got {fields[0]!r}")
-            for out, text in ((first, fields[3]), (second, fields[4])):
-                data = _unquote(text).encode("utf-8")[:max_len]
-                out.append(np.frombuffer(data, dtype=np.uint8))
-            labels.append(int(value))
-    if not labels:
+            texts = tuple(np.frombuffer(_unquote(text).encode("utf-8"), dtype=np.uint8) for text in fields[3:])
+            count += 1
+            yield texts, int(value)
+    if not count:
         raise ValueError(f"{path}: no examples")
-    return TokenSplit((Ragged.from_arrays(first, np.uint8), Ragged.from_arrays(second, np.uint8)),
-                      np.asarray(labels, dtype=np.int64))
 
 
 class OfficialAan(DataSource):
@@ -74,9 +75,15 @@ class OfficialAan(DataSource):
         return release.incomplete_folder(self.data_dir, "tsv_data", FILES.values(), "the AAN release folder",
                                          f"Unpack it again from {release.LRA_RELEASE_URL}.")
 
-    def load(self, split: str) -> TokenSplit:
+    def prepare(self, force: bool = False) -> Path:
+        """The token cache of the three files, tokenised once."""
         self.require()
-        return read_tsv(self.folder / FILES[split], self.max_len)
+        files = {split: self.folder / name for split, name in FILES.items()}
+        return token_store.build_files(self.data_dir, "retrieval", files, rows, documents=2, max_len=self.max_len,
+                                       force=force)
+
+    def load(self, split: str) -> TokenSplit:
+        return token_store.open_split(self.prepare() / split)
 
     def describe(self) -> str:
         return f"official AAN pairs in {self.folder}"

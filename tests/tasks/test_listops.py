@@ -98,7 +98,7 @@ def test_corrupt_rows_name_file_and_line(tmp_path, write_listops, row, message):
     with open(path, "a") as handle:
         handle.write(row + "\n")
     with pytest.raises(ValueError, match=rf"basic_train\.tsv:6: {message}"):
-        listops.read_tsv(path)
+        list(listops.rows(path))
 
 
 def test_undecodable_bytes_name_file_and_line(tmp_path, write_listops):
@@ -106,7 +106,7 @@ def test_undecodable_bytes_name_file_and_line(tmp_path, write_listops):
     with open(path, "ab") as handle:
         handle.write(b"( [MAX 2 9 ] )\t9\n( [MAX 2 \xff ] )\t9\n")
     with pytest.raises(ValueError, match=r"basic_train\.tsv:7: not valid UTF-8 \(byte 0xff at column 10\)"):
-        listops.read_tsv(path)
+        list(listops.rows(path))
 
 
 def test_generator_distribution_and_labels(tmp_path):
@@ -157,7 +157,7 @@ def test_generator_rejects_lengths_no_expression_fits(tmp_path):
         build_datamodule("listops", data_dir=tmp_path, batch_size=2, seq_len=3, source="generated")
     p = listops.ListOpsParams(n_train=3, n_val=1, n_test=1, min_length=1, max_length=5)
     listops.generate(p, tmp_path, workers=1, progress=False)
-    assert {len(s) for s in listops.read_tsv(tmp_path / listops.FILES["train"]).sequences[0]} == {4}
+    assert {len(ids) for (ids,), _ in listops.rows(tmp_path / listops.FILES["train"])} == {4}
 
 
 def test_auto_prefers_official_then_generator(tmp_path, write_listops):

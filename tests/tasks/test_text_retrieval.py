@@ -103,7 +103,7 @@ def test_aan_undecodable_bytes_name_file_and_line(tmp_path, write_aan):
     with open(folder / "new_aan_pairs.test.tsv", "ab") as handle:
         handle.write("1\ta\tb\tcaf\u00e9\tok\n".encode("utf-8") + b"0\ta\tb\tcaf\xe9\tok\n")
     with pytest.raises(ValueError, match=r"new_aan_pairs\.test\.tsv:5: not valid UTF-8 \(byte 0xe9 at column 10\)"):
-        retrieval.read_tsv(folder / "new_aan_pairs.test.tsv", 16)
+        list(retrieval.rows(folder / "new_aan_pairs.test.tsv"))
 
 
 def test_aan_missing(tmp_path):
