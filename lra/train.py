@@ -111,6 +111,17 @@ def resolve_runtime(config: RunConfig) -> Runtime:
                    devices=parse_devices(t.devices))
 
 
+# The dtype of the activations (and so of an attention's q, k, v) under each Lightning precision;
+# the others are taken as float32.
+PRECISION_DTYPES = {"64-true": torch.float64, "64": torch.float64, "16-true": torch.float16,
+                    "16-mixed": torch.float16, "16": torch.float16, "bf16-true": torch.bfloat16,
+                    "bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def attention_dtype(precision: str) -> torch.dtype:
+    return PRECISION_DTYPES.get(precision, torch.float32)
+
+
 # ---- building -------------------------------------------------------------------------------------
 def build_datamodule(config: RunConfig, runtime: Runtime):
     import tasks
@@ -161,6 +172,11 @@ def validate_run(config: RunConfig, runtime: Runtime):
     check_attention(config, spec.max_len + (1 if config.model.pooling == "cls" else 0))
     from lra import attention
 
+    limit = attention.kernel_limit_problem(
+        config.attention, {**config.attention_options, "head_dim": config.model.head_dim},
+        attention_dtype(runtime.precision))
+    if limit is not None:
+        raise ValueError(f"attention {config.attention!r}: {limit}")
     # an attention that cannot run here with these settings (a back-end, the kernels' interpreter): before the run
     ok, why = attention.can_run(config.attention, "cuda" if runtime.cuda else "cpu",
                                 {**config.attention_options, "dropout": config.model.attention_dropout})
