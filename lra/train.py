@@ -15,8 +15,8 @@ naming the process that holds it.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
+import functools
 import inspect
 import logging
 import math
@@ -41,6 +41,7 @@ from lra.callbacks import (Diverged, RngState, SaveOnInterrupt, StopAt, StopOnDi
                            ValidateAtEnd)
 from lra.checkpoints import CHECKPOINT_DIR, LAST, AtomicCheckpointIO, checkpoint_callback
 from lra.config import RunConfig, parse_devices
+from lra.data_check import check_data
 from lra.model import DataSpec
 from lra.module import LraModule
 from lra.progress_bar import StepProgressBar
@@ -341,7 +342,9 @@ def _is_oom(err: BaseException) -> bool:
 # ---- the run --------------------------------------------------------------------------------------
 def train(config: RunConfig, *, resume: bool = False, force: bool = False, callbacks=(),
           progress_bar: bool | None = None, attention_factory=None, runs_per_gpu: int = 1) -> dict:
-    """Run one training and return its record. Bad input: ValueError before anything is written.
+    """Run one training and return its record. Bad input (config values, the attention's limits, a
+    checkpoint to start from, missing or corrupt data: `lra.data_check`): ValueError or
+    FileNotFoundError before the run folder exists.
     A run that starts and then fails: its record is written and `RunFailed` raised.
     `runs_per_gpu`: how many runs share this GPU (`lra sweep --runs-per-gpu`), recorded beside the
     measured throughput so that speed tables use solo runs only."""
@@ -356,10 +359,23 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     runtime = resolve_runtime(config)
     pl.seed_everything(config.seed, workers=True, verbose=False)
     dm, module, spec = prepare(config, runtime, attention_factory=attention_factory)
+    init_from = config.train.init_from
+    if init_from and (Path(init_from).exists() or not resume):  # a resumed run may start without it
+        check_compatible(read_checkpoint(init_from), config.model, spec)
+    locked = functools.partial(_train_locked, config, runtime, dm, module, spec, resume=resume, force=force,
+                               callbacks=callbacks, progress_bar=progress_bar, runs_per_gpu=runs_per_gpu)
+    if not is_global_zero():
+        return locked()
+    check_data(dm)  # missing or corrupt data: a clear error before the run folder exists
     # the run folder's lock before anything in it is read or written: one trainer per run folder
-    with RunLock(config.run_dir()) if is_global_zero() else contextlib.nullcontext():
-        return _train_locked(config, runtime, dm, module, spec, resume=resume, force=force, callbacks=callbacks,
-                             progress_bar=progress_bar, runs_per_gpu=runs_per_gpu)
+    lock = RunLock(config.run_dir()).acquire()
+    try:
+        return locked()
+    except BaseException:
+        lock.discard()  # a run refused under the lock leaves no folder it created behind
+        raise
+    finally:
+        lock.release()
 
 
 def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, spec: DataSpec, *, resume: bool,
@@ -384,23 +400,21 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
 
         load_checkpoint(resume_from)  # an unsafe or unreadable file: a clear error before anything runs
     if config.train.init_from:
-        # An incompatible checkpoint is a clear error before anything is written; the weights are
-        # loaded when a fresh fit starts. A resumed run restores its own weights from last.ckpt, so
-        # the initial checkpoint may be absent then (a run tree carried to another machine without
-        # it); the path stays in the config, and so in the run id.
-        if resume and resume_from is None and not Path(config.train.init_from).exists():
-            raise ValueError(
-                f"--init-from {config.train.init_from}: no such file, and no interrupted run to resume in "
-                f"{run_dir}. The --init-from path is part of the run id: to resume a run started from "
-                "another path, pass that path exactly as before (the file itself is not read on a resume)")
-        if resume_from is None or Path(config.train.init_from).exists():
-            check_compatible(read_checkpoint(config.train.init_from), config.model, spec)
-        elif rank0:
-            print(f"resuming from {last}: the initial checkpoint {config.train.init_from} is not needed "
-                  "(and not here)", flush=True)
+        # `train` has checked the initial checkpoint against the model; its weights are loaded when a
+        # fresh fit starts. A resumed run restores its own weights from last.ckpt, so the initial
+        # checkpoint may be absent then (a run tree carried to another machine without it); the path
+        # stays in the config, and so in the run id.
+        if not Path(config.train.init_from).exists():  # only with --resume
+            if resume_from is None:
+                raise ValueError(
+                    f"--init-from {config.train.init_from}: no such file, and no interrupted run to resume in "
+                    f"{run_dir}. The --init-from path is part of the run id: to resume a run started from "
+                    "another path, pass that path exactly as before (the file itself is not read on a resume)")
+            if rank0:
+                print(f"resuming from {last}: the initial checkpoint {config.train.init_from} is not needed "
+                      "(and not here)", flush=True)
         callbacks = (*callbacks, InitialWeights(config.train.init_from))
     if rank0:
-        dm.prepare_data()  # missing / corrupt data: a clear error before the run folder is touched
         if force and not resume_from:
             for sub in (CHECKPOINT_DIR, "logs", "tensorboard"):
                 shutil.rmtree(run_dir / sub, ignore_errors=True)
