@@ -73,3 +73,19 @@ def test_a_run_refused_for_a_missing_initial_checkpoint_leaves_no_run_folder(tmp
     assert code == 2 and "missing.ckpt" in err and "no such file" in err, err
     assert not runs.exists()  # neither the run folder nor its run.lock, nor the folders above it
 
+
+
+def test_a_sweep_checks_each_tasks_data_once_and_plans_cells_with_bad_data_invalid(tmp_path, capsys, monkeypatch):
+    folder = write_listops(tmp_path / "data", [ROWS[0], "( ( ( [MAX 2 ) 9 ) ]\t9 extra\t1"])
+    checked = []
+    original = data_check.check_data
+    monkeypatch.setattr(data_check, "check_data", lambda dm: checked.append(dm.task) or original(dm))
+    runs = tmp_path / "runs"
+    code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax", "performer",
+                 "--seeds", "0", "1", "--seq-lens", "64", "--runs-dir", str(runs), "--data-dir", str(tmp_path / "data"),
+                 *FAST])
+    out = capsys.readouterr().out
+    assert checked == ["listops"]  # one (task, data source): checked once for its 4 cells
+    assert code == 1 and "4 invalid" in out and "0 completed, 0 failed" in out, out
+    assert f"{folder / 'basic_train.tsv'}:3: expected 2 tab-separated fields" in out
+    assert not list(runs.glob("*/*/*/train.log"))  # nothing was launched
