@@ -9,6 +9,10 @@ atomically: `running` when training starts, then `completed`, `failed` (with the
 $LRA_STOP_AT (Unix seconds) stops a run at that time as Ctrl-C does (last.ckpt at the current step,
 record `failed` / interrupted, resumable): machines with a time limit stop runs that way.
 
+The config, the attention's limits (`lra.attention.kernel_limit_problem`), a checkpoint to start from
+and the data (`lra.data_check`: sources prepared, released files parsed) are checked before the run
+folder exists: bad input ends the run with nothing written.
+
 Only global rank 0 touches the run folder; under DDP the other ranks just train. Rank 0 holds the
 folder's lock (`lra.run_lock`) for the whole run: a second trainer of the same run stops at once,
 naming the process that holds it.
