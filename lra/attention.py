@@ -5,6 +5,7 @@
     describe(name)         -> one-line description;   option_help(name) -> {option: help}
     presets(name)          -> {preset: {option: value}} (e.g. the LRA-faithful settings)
     can_run(name, device, options=None) -> (bool, reason)
+    kernel_limit_problem(name, options, dtype=None) -> why our kernels refuse these settings, or None
     max_supported_len(name, options) / min_supported_len(name, options) -> int | None
 
 Options come in two kinds (docs/interfaces.md):
@@ -48,6 +49,7 @@ __all__ = [
     "can_run",
     "context_options",
     "describe",
+    "kernel_limit_problem",
     "max_supported_len",
     "min_supported_len",
     "names",
@@ -457,6 +459,33 @@ def can_run(name: str, device: str | torch.device = "cpu", options: dict[str, An
             return True, "runs through the Triton interpreter on CPU (TRITON_INTERPRET=1): correct but slow"
         return False, problem
     return False, f"Triton kernels run on CUDA (or CPU through the interpreter), not on {device_type}"
+
+
+def kernel_limit_problem(name: str, options: dict[str, Any] | None = None, dtype: torch.dtype | None = None) -> str | None:
+    """Why our Triton kernels would refuse `name` built with `options` (context option head_dim,
+    flash_sparse's block_size) on inputs of `dtype`, or None: the limits `kernels.validation` and
+    `kernels.block_sparse` enforce at the first call, checked before a run starts. None too for an
+    attention without our kernels, and when the kernels cannot be imported (`can_run` says why)."""
+    entry = _entry(name)
+    ctx, opts = _split(name, dict(options or {}))
+    if not entry.uses_kernels:
+        return None
+    try:
+        import_kernels()
+        from kernels.block_sparse import SUPPORTED_BLOCK_SIZES
+        from kernels.validation import MAX_HEAD_DIM, SUPPORTED_DTYPES
+    except ImportError:
+        return None
+    if ctx.head_dim is not None and not 1 <= ctx.head_dim <= MAX_HEAD_DIM:
+        return (f"head_dim {ctx.head_dim} (model.head_dim) is not supported: the kernels take 1 <= head_dim <= "
+                f"{MAX_HEAD_DIM}")
+    if dtype is not None and dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        return f"the kernels take {names} inputs, not {str(dtype).removeprefix('torch.')} (train.precision)"
+    if name == "flash_sparse" and opts.block_size not in SUPPORTED_BLOCK_SIZES:
+        return (f"block_size {opts.block_size} (attention.block_size) is not supported: the block-sparse kernel "
+                f"takes one of {', '.join(map(str, SUPPORTED_BLOCK_SIZES))}")
+    return None
 
 
 def max_supported_len(name: str, options: dict[str, Any] | None = None) -> int | None:

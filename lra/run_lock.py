@@ -37,10 +37,13 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
         self._fd: int | None = None
+        self._created: Path | None = None  # the outermost folder `acquire` made, if it made any
 
     def acquire(self) -> "RunLock":
         """Take the lock or raise `RunLocked` naming its holder; never waits."""
+        missing = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._created = missing[-1] if missing else None
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             for attempt in range(5):  # `holder()` probes take the lock shared for an instant
@@ -67,6 +70,24 @@ class RunLock:
         if self._fd is not None:
             os.close(self._fd)  # closing the only descriptor of the file releases the flock
             self._fd = None
+
+    def discard(self) -> None:
+        """Release the lock and, when `acquire` made the run folder and it holds nothing but the lock
+        file, remove the lock file and the folders `acquire` made (those still empty)."""
+        try:
+            if self._fd is not None and self._created is not None and \
+                    [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
+                self.path.unlink()  # while still holding the lock: no other trainer took this file
+                folder = self.run_dir
+                while True:
+                    folder.rmdir()
+                    if folder == self._created:
+                        break
+                    folder = folder.parent
+        except OSError:  # another process wrote there meanwhile: its folders stay
+            pass
+        finally:
+            self.release()
 
     def __enter__(self) -> "RunLock":
         return self.acquire()

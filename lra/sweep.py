@@ -7,6 +7,9 @@ A sweep is only a grid over run configs plus a launcher:
   skipped), `invalid` (the combination cannot run, e.g. a sequence too short for BigBird's
   pattern; recorded as a failed run with the reason, without starting anything), or `running`
   (another process trains it now: it holds the run folder's lock; left alone).
+- `check_data` reads the data of the cells to be trained once per task and data source
+  (`lra.data_check`) before anything is launched: cells whose data are missing or corrupt become
+  `invalid`, with the error (a released file's name and line).
 - `run_local` runs the cells as `python -m lra train ... --resume` subprocesses, K at a time, each
   pinned to its own GPU through CUDA_VISIBLE_DEVICES, with its output in `<run>/train.log`; a run
   that dies without writing its record (killed, crashed interpreter) gets a `failed` record with
@@ -128,6 +131,31 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
             state, reason = _classify(config.run_dir(), spec.skip_failed)
         plan.append(PlannedRun(task, attention, seq_len, seed, config, state, reason))
     return plan
+
+
+def check_data(plan: list[PlannedRun]) -> None:
+    """Prepare and read the data of the `new`/`resume`/`retry` cells, once per task and data source;
+    the cells whose data fail become `invalid` with the error."""
+    import json
+
+    from lra import data_check
+    from lra.train import build_datamodule, resolve_runtime
+
+    problems: dict[tuple, str | None] = {}
+    for run in plan:
+        if run.state not in ("new", "resume", "retry"):
+            continue
+        config = run.config
+        key = (config.task, config.data.data_dir,
+               json.dumps(config.resolve_data_identity(), sort_keys=True, default=str))
+        if key not in problems:
+            try:
+                data_check.check_data(build_datamodule(config, resolve_runtime(config)))
+                problems[key] = None
+            except (ValueError, OSError) as err:
+                problems[key] = f"data: {err}"
+        if problems[key] is not None:
+            run.state, run.reason = "invalid", problems[key]
 
 
 def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:

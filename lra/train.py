@@ -9,14 +9,18 @@ atomically: `running` when training starts, then `completed`, `failed` (with the
 $LRA_STOP_AT (Unix seconds) stops a run at that time as Ctrl-C does (last.ckpt at the current step,
 record `failed` / interrupted, resumable): machines with a time limit stop runs that way.
 
+The config, the attention's limits (`lra.attention.kernel_limit_problem`), a checkpoint to start from
+and the data (`lra.data_check`: sources prepared, released files parsed) are checked before the run
+folder exists: bad input ends the run with nothing written.
+
 Only global rank 0 touches the run folder; under DDP the other ranks just train. Rank 0 holds the
 folder's lock (`lra.run_lock`) for the whole run: a second trainer of the same run stops at once,
 naming the process that holds it.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
+import functools
 import inspect
 import logging
 import math
@@ -41,6 +45,7 @@ from lra.callbacks import (Diverged, RngState, SaveOnInterrupt, StopAt, StopOnDi
                            ValidateAtEnd)
 from lra.checkpoints import CHECKPOINT_DIR, LAST, AtomicCheckpointIO, checkpoint_callback
 from lra.config import RunConfig, parse_devices
+from lra.data_check import check_data
 from lra.model import DataSpec
 from lra.module import LraModule
 from lra.progress_bar import StepProgressBar
@@ -111,6 +116,17 @@ def resolve_runtime(config: RunConfig) -> Runtime:
                    devices=parse_devices(t.devices))
 
 
+# The dtype of the activations (and so of an attention's q, k, v) under each Lightning precision;
+# the others are taken as float32.
+PRECISION_DTYPES = {"64-true": torch.float64, "64": torch.float64, "16-true": torch.float16,
+                    "16-mixed": torch.float16, "16": torch.float16, "bf16-true": torch.bfloat16,
+                    "bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def attention_dtype(precision: str) -> torch.dtype:
+    return PRECISION_DTYPES.get(precision, torch.float32)
+
+
 # ---- building -------------------------------------------------------------------------------------
 def build_datamodule(config: RunConfig, runtime: Runtime):
     import tasks
@@ -161,6 +177,11 @@ def validate_run(config: RunConfig, runtime: Runtime):
     check_attention(config, spec.max_len + (1 if config.model.pooling == "cls" else 0))
     from lra import attention
 
+    limit = attention.kernel_limit_problem(
+        config.attention, {**config.attention_options, "head_dim": config.model.head_dim},
+        attention_dtype(runtime.precision))
+    if limit is not None:
+        raise ValueError(f"attention {config.attention!r}: {limit}")
     # an attention that cannot run here with these settings (a back-end, the kernels' interpreter): before the run
     ok, why = attention.can_run(config.attention, "cuda" if runtime.cuda else "cpu",
                                 {**config.attention_options, "dropout": config.model.attention_dropout})
@@ -325,7 +346,9 @@ def _is_oom(err: BaseException) -> bool:
 # ---- the run --------------------------------------------------------------------------------------
 def train(config: RunConfig, *, resume: bool = False, force: bool = False, callbacks=(),
           progress_bar: bool | None = None, attention_factory=None, runs_per_gpu: int = 1) -> dict:
-    """Run one training and return its record. Bad input: ValueError before anything is written.
+    """Run one training and return its record. Bad input (config values, the attention's limits, a
+    checkpoint to start from, missing or corrupt data: `lra.data_check`): ValueError or
+    FileNotFoundError before the run folder exists.
     A run that starts and then fails: its record is written and `RunFailed` raised.
     `runs_per_gpu`: how many runs share this GPU (`lra sweep --runs-per-gpu`), recorded beside the
     measured throughput so that speed tables use solo runs only."""
@@ -340,10 +363,23 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     runtime = resolve_runtime(config)
     pl.seed_everything(config.seed, workers=True, verbose=False)
     dm, module, spec = prepare(config, runtime, attention_factory=attention_factory)
+    init_from = config.train.init_from
+    if init_from and (Path(init_from).exists() or not resume):  # a resumed run may start without it
+        check_compatible(read_checkpoint(init_from), config.model, spec)
+    locked = functools.partial(_train_locked, config, runtime, dm, module, spec, resume=resume, force=force,
+                               callbacks=callbacks, progress_bar=progress_bar, runs_per_gpu=runs_per_gpu)
+    if not is_global_zero():
+        return locked()
+    check_data(dm)  # missing or corrupt data: a clear error before the run folder exists
     # the run folder's lock before anything in it is read or written: one trainer per run folder
-    with RunLock(config.run_dir()) if is_global_zero() else contextlib.nullcontext():
-        return _train_locked(config, runtime, dm, module, spec, resume=resume, force=force, callbacks=callbacks,
-                             progress_bar=progress_bar, runs_per_gpu=runs_per_gpu)
+    lock = RunLock(config.run_dir()).acquire()
+    try:
+        return locked()
+    except BaseException:
+        lock.discard()  # a run refused under the lock leaves no folder it created behind
+        raise
+    finally:
+        lock.release()
 
 
 def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, spec: DataSpec, *, resume: bool,
@@ -368,23 +404,21 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
 
         load_checkpoint(resume_from)  # an unsafe or unreadable file: a clear error before anything runs
     if config.train.init_from:
-        # An incompatible checkpoint is a clear error before anything is written; the weights are
-        # loaded when a fresh fit starts. A resumed run restores its own weights from last.ckpt, so
-        # the initial checkpoint may be absent then (a run tree carried to another machine without
-        # it); the path stays in the config, and so in the run id.
-        if resume and resume_from is None and not Path(config.train.init_from).exists():
-            raise ValueError(
-                f"--init-from {config.train.init_from}: no such file, and no interrupted run to resume in "
-                f"{run_dir}. The --init-from path is part of the run id: to resume a run started from "
-                "another path, pass that path exactly as before (the file itself is not read on a resume)")
-        if resume_from is None or Path(config.train.init_from).exists():
-            check_compatible(read_checkpoint(config.train.init_from), config.model, spec)
-        elif rank0:
-            print(f"resuming from {last}: the initial checkpoint {config.train.init_from} is not needed "
-                  "(and not here)", flush=True)
+        # `train` has checked the initial checkpoint against the model; its weights are loaded when a
+        # fresh fit starts. A resumed run restores its own weights from last.ckpt, so the initial
+        # checkpoint may be absent then (a run tree carried to another machine without it); the path
+        # stays in the config, and so in the run id.
+        if not Path(config.train.init_from).exists():  # only with --resume
+            if resume_from is None:
+                raise ValueError(
+                    f"--init-from {config.train.init_from}: no such file, and no interrupted run to resume in "
+                    f"{run_dir}. The --init-from path is part of the run id: to resume a run started from "
+                    "another path, pass that path exactly as before (the file itself is not read on a resume)")
+            if rank0:
+                print(f"resuming from {last}: the initial checkpoint {config.train.init_from} is not needed "
+                      "(and not here)", flush=True)
         callbacks = (*callbacks, InitialWeights(config.train.init_from))
     if rank0:
-        dm.prepare_data()  # missing / corrupt data: a clear error before the run folder is touched
         if force and not resume_from:
             for sub in (CHECKPOINT_DIR, "logs", "tensorboard"):
                 shutil.rmtree(run_dir / sub, ignore_errors=True)

@@ -19,6 +19,8 @@ examples:
       --budget-minutes 60        # 9 runs share one GPU; rerun to continue after the hour
   lra sweep --tasks pathx --attentions flash --launcher slurm --slurm-gpus-per-node 4 --slurm-partition gpu
 
+Before anything starts (local launcher), each task's data is read once per data source: cells whose
+data are missing or corrupt are planned invalid, with the error (a released file's name and line).
 Runs whose completed result.json exists are skipped; interrupted runs resume from last.ckpt;
 failed and OOM runs are recorded and retried on the next sweep (unless --skip-failed).
 exit status: 0 every run completed (or was skipped), 1 some run failed or ran out of memory,
@@ -37,7 +39,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--seq-lens", nargs="+", default=None, metavar="N",
                         help="sequence lengths, 4096 or 4K (default: each preset's)")
     parser.add_argument("--seeds", nargs="+", default=[0], metavar="SEED", help="random seeds (default: 0)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (configs and the attentions' limits checked, no data read) and exit")
     parser.add_argument("--yes", action="store_true",
                         help="start even when runs would take long on this machine (Triton kernels through "
                              "the CPU interpreter)")
@@ -124,7 +127,7 @@ def _split_overrides(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lra.sweep import (SlurmOptions, SweepSpec, describe_outcome, format_plan, plan_sweep,
+    from lra.sweep import (SlurmOptions, SweepSpec, check_data, describe_outcome, format_plan, plan_sweep,
                            record_invalid, require_slurm, run_local, run_slurm, was_stopped)
 
     _split_overrides(args)
@@ -148,8 +151,10 @@ def run(args: argparse.Namespace) -> int:
     if args.launcher == "slurm" and not (args.no_submit or args.dry_run):
         require_slurm()
     plan = plan_sweep(spec)
-    print(format_plan(plan), flush=True)
     refusal = _long_on_this_machine(plan) if args.launcher == "local" else None
+    if args.launcher == "local" and not args.dry_run and not (refusal and not args.yes):
+        check_data(plan)
+    print(format_plan(plan), flush=True)
     if args.dry_run:
         if refusal:
             print(refusal, file=sys.stderr)

@@ -221,6 +221,16 @@ def test_supported_lengths():
         registry.max_supported_len("linformer")
 
 
+def test_kernel_limits_are_known_before_a_kernel_runs():
+    assert registry.kernel_limit_problem("flash", {"head_dim": 128}, torch.bfloat16) is None
+    assert "head_dim 256" in registry.kernel_limit_problem("flash", {"head_dim": 256})
+    assert "head_dim 256" in registry.kernel_limit_problem("flash_sparse", {"head_dim": 256})
+    assert "not float64" in registry.kernel_limit_problem("flash", {"head_dim": 64}, torch.float64)
+    assert "block_size 48" in registry.kernel_limit_problem("flash_sparse", {"block_size": 48})
+    assert registry.kernel_limit_problem("flash_sparse", {"block_size": 32}) is None
+    assert registry.kernel_limit_problem("softmax", {"head_dim": 256}, torch.float64) is None  # plain PyTorch
+
+
 def test_per_layer_randomness_differs_by_layer_and_repeats_by_seed():
     def projection(layer_idx, seed):
         return registry.build("performer", head_dim=8, nb_features=16, layer_idx=layer_idx, seed=seed).projection

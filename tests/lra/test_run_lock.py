@@ -65,6 +65,23 @@ def test_a_lock_names_its_holder_and_dies_with_it(tmp_path):
     assert holder(tmp_path / "never") is None and not (tmp_path / "never").exists()
 
 
+def test_a_discarded_lock_removes_only_the_empty_folders_it_created(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "listops").mkdir(parents=True)
+    RunLock(runs / "listops" / "softmax" / "run-a").acquire().discard()
+    assert sorted(p.name for p in runs.iterdir()) == ["listops"] and not any((runs / "listops").iterdir())
+
+    kept = RunLock(runs / "listops" / "softmax" / "run-b").acquire()
+    (kept.run_dir / "config.yaml").write_text("written under the lock\n")
+    kept.discard()  # something was written: the folder stays, the lock is released
+    assert (kept.run_dir / "config.yaml").exists() and holder(kept.run_dir) is None
+
+    existing = runs / "listops" / "softmax" / "run-c"
+    existing.mkdir()
+    RunLock(existing).acquire().discard()  # a folder that was there before stays
+    assert existing.is_dir()
+
+
 def test_train_on_a_locked_run_says_who_holds_it_and_writes_nothing(tmp_path, capsys):
     run_dir = _run_dir(tmp_path)
     proc = _hold(run_dir)

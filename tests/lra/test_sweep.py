@@ -284,7 +284,8 @@ def test_ctrl_c_on_a_sweep_is_one_line_not_a_traceback(tmp_path, monkeypatch, ca
                  "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), *FAST])
     err = capsys.readouterr().err
     assert code == 130 and "Traceback" not in err
-    assert err.strip() == "lra sweep: interrupted; run the same command again to continue"
+    # before it: the lines of the data the sweep generated for its plan
+    assert err.strip().splitlines()[-1] == "lra sweep: interrupted; run the same command again to continue"
 
 
 def test_a_sweep_without_a_terminal_reports_runs_as_they_start_and_train(tmp_path, monkeypatch, capsys):
@@ -368,3 +369,24 @@ def test_sweep_cli_refuses_runs_per_gpu_without_gpus(tmp_path, capsys):
     code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "softmax",
                  "--runs-per-gpu", "2", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "d")])
     assert code == 2 and "--runs-per-gpu" in capsys.readouterr().err
+
+
+def test_the_plan_marks_cells_beyond_the_kernels_limits_invalid_and_launches_none(tmp_path, capsys):
+    spec = SweepSpec(tasks=["listops"], attentions=["flash", "flash_sparse", "softmax"], seq_lens=[64],
+                     preset="smoke", overrides=[*FAST, "model.head_dim=256"], runs_dir=str(tmp_path / "runs"),
+                     data_dir=str(tmp_path / "data"))
+    plan = {run.attention: run for run in plan_sweep(spec)}
+    assert plan["flash"].state == plan["flash_sparse"].state == "invalid"
+    assert "head_dim 256 (model.head_dim) is not supported" in plan["flash"].reason
+    assert plan["softmax"].state == "new"  # plain PyTorch: no such limit
+
+    launched = []
+    run_local([run for run in plan.values() if run.attention != "softmax"], spec,
+              runner=lambda argv, env, log: launched.append(argv) or 0)
+    assert launched == []
+
+    code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "flash_sparse",
+                 "--seq-lens", "64", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"),
+                 "--yes", *FAST, "attention.layout=local", "attention.block_size=48"])
+    out = capsys.readouterr().out
+    assert code == 1 and "1 invalid" in out and "block_size 48 (attention.block_size) is not supported" in out

@@ -914,3 +914,16 @@ def test_a_read_only_runs_dir_is_one_line_with_the_path(tmp_path, data_dir, caps
                  "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(data_dir), "--no-progress", *FAST])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith("lra train: error: ") and err[-1].endswith("run.lock: Read-only file system")
+
+
+@pytest.mark.parametrize("setting, message", [
+    (["model.head_dim=256"], "head_dim 256 (model.head_dim) is not supported"),
+    (["train.precision=64-true"], "not float64 (train.precision)"),
+])
+def test_settings_beyond_the_kernels_limits_are_refused_before_any_run_folder(tmp_path, capsys, setting, message):
+    runs = tmp_path / "runs"
+    code = main(["train", "--task", "listops", "--attention", "flash", "--preset", "smoke", "--seq-len", "64",
+                 "--runs-dir", str(runs), "--data-dir", str(tmp_path / "data"), "--yes", *FAST, *setting])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not runs.exists()
