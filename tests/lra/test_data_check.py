@@ -46,8 +46,8 @@ def test_official_files_are_parsed_once_for_the_whole_run(tmp_path, monkeypatch)
 
     write_listops(tmp_path / "data")
     read = []
-    original = tasks.listops.read_tsv
-    monkeypatch.setattr(tasks.listops, "read_tsv", lambda path, **kw: read.append(Path(path).name) or original(path, **kw))
+    original = tasks.listops.rows
+    monkeypatch.setattr(tasks.listops, "rows", lambda path, **kw: read.append(Path(path).name) or original(path, **kw))
     assert main([*train_args(tmp_path / "runs", tmp_path / "data"), "--seq-len", "64"]) == 0
     assert sorted(read) == ["basic_test.tsv", "basic_train.tsv", "basic_val.tsv"]
 
