@@ -129,10 +129,10 @@ def accuracy_vs_throughput(records: pd.DataFrame, out_dir: str | Path) -> PlotRe
     result = PlotResult("accuracy_vs_throughput")
     df = table.normalise_records(records)
     df = df[(df["status"] == "completed") & df["test_acc"].notna() & df["train_tokens_per_s"].notna()
-            & df["solo"].astype(bool)]
+            & df["timed"].astype(bool)]
     if df.empty:
         result.skipped = ("no completed run records with test accuracy and training throughput measured alone "
-                          "on a GPU")
+                          "on their device and not through the Triton interpreter")
         return result
     points = (df.groupby(["task", "seq_len", "attention", "variant"], dropna=False)
               .agg(acc=("test_acc", "mean"), speed=("train_tokens_per_s", "mean"), mem=("peak_mem_gb", "mean"),
@@ -431,8 +431,9 @@ def accuracy_vs_speedup(records: pd.DataFrame, out_dir: str | Path, *, baseline:
     points = summary[summary["ran"].astype(bool) & (summary["n"] > 0)].copy()
     points = points[np.isfinite(points["speedup"].astype(float))]
     if points.empty:
-        result.skipped = (f"no completed runs with a speed-up over {baseline} (needs runs alone on their GPU "
-                          "next to a solo baseline run, or --speed FILE from `lra bench models`)")
+        result.skipped = (f"no completed runs with a speed-up over {baseline} (needs runs alone on their GPU, "
+                          "not through the Triton interpreter, next to such a baseline run, or --speed FILE "
+                          "from `lra bench models`)")
         return result
     points["Attention"] = _cell_labels(points)
     multi_len = points.groupby("task")["seq_len"].nunique()

@@ -30,7 +30,7 @@ def accuracy_summary(records: pd.DataFrame, published: pd.DataFrame | None = Non
     Columns: SUMMARY_COLUMNS (mean / std: test accuracy %), then per paper `published_<id>`,
     `failed_<id>`, `delta_<id>` (ours − published). For `avg` rows `n` is the number of tasks averaged;
     for `speedup` rows `mean` is the geometric-mean training-throughput ratio over `baseline` across
-    tasks, from runs that had the GPU to themselves.
+    tasks, from timed runs (alone on their GPU, not through the Triton interpreter).
     """
     published = published if published is not None else pd.DataFrame(columns=["id", "source", "task"])
     df = normalise_records(records)
@@ -45,13 +45,13 @@ def accuracy_summary(records: pd.DataFrame, published: pd.DataFrame | None = Non
     for key, group in df.groupby(CELL, dropna=False, sort=False):
         done = group[(group["status"] == "completed") & group["test_acc"].notna()]
         n, mean, std = seed_stats(done["test_acc"] * 100.0)
-        solo = done[done["solo"]]
+        timed = done[done["timed"]]
         rows.append(dict(zip(CELL, key), n=n, mean=mean, std=std, seeds=" ".join(map(str, seed_values(done["seed"]))),
                          val_mean=done["best_val_acc"].mean() * 100.0 if len(done) else np.nan,
                          completed=int((group["status"] == "completed").sum()),
                          failed=int((group["status"] == "failed").sum()), oom=int((group["status"] == "oom").sum()),
                          running=int((group["status"] == "running").sum()), duplicates=int(dup_counts.get(key, 0)),
-                         tokens_per_s=solo["train_tokens_per_s"].mean() if len(solo) else np.nan))
+                         tokens_per_s=timed["train_tokens_per_s"].mean() if len(timed) else np.nan))
     cells = pd.DataFrame(rows)
     cells["seq_len"] = cells["seq_len"].astype("Int64")
     extra = _average_rows(cells) + _speedup_rows(cells, baseline)
@@ -184,7 +184,8 @@ def accuracy_sections(summary: pd.DataFrame, published: pd.DataFrame | None = No
     ]
     if "Speedup" in column_order:
         notes.append("Speedup = training throughput over the Transformer (`softmax`) on the same task and length, "
-                     "geometric mean over tasks; runs that shared a GPU are left out.")
+                     "geometric mean over tasks; runs that shared a GPU or ran our kernels through the Triton "
+                     "interpreter are left out.")
     for paper_id, paper_label in papers:
         notes.append(f"{paper_label}: {pub.citation_text(published, paper_id)}")
     if records is not None and not records.empty:

@@ -10,8 +10,9 @@ Rules the rows follow:
   still counted, never dropped;
 - the paper's number and our Δ to it only for runs of the `paper` preset on a GPU; the setting
   column says where a row departs from the paper's setting (lra.table.setting);
-- speed figures only from runs that had the GPU to themselves, or from a `lra bench models` CSV
-  (`--speed`) row of the same attention, length and batch size; the row names the source.
+- speed figures only from runs that had the GPU to themselves and did not run our kernels through
+  Triton's CPU interpreter, or from a `lra bench models` CSV (`--speed`) row of the same attention,
+  length and batch size; the row names the source.
 
 `record_summary` is the tidy frame (`--format csv`), `record_sections` the display table.
 """
@@ -91,7 +92,7 @@ def _cell_row(key: dict, cell: pd.DataFrame, duplicates: int, anchors: dict, spe
     if not comparable:
         value, failed = np.nan, False
     speedup, step_ms, source, speed_notes = _speed(cell, anchors, speed, baseline)
-    solo = done[done["solo"]]
+    timed = done[done["timed"]]
     at_chance = int(done["at_chance"].sum())
     notes = []
     if 0 < at_chance < n:
@@ -114,7 +115,7 @@ def _cell_row(key: dict, cell: pd.DataFrame, duplicates: int, anchors: dict, spe
         delta=mean - value if comparable and n and np.isfinite(value) else np.nan,
         speedup=speedup, step_ms=step_ms, speed_source=source,
         best_step=done["best_step"].mean() if n else np.nan,
-        time_to_best_s=solo["time_to_best_s"].mean() if len(solo) else np.nan,
+        time_to_best_s=timed["time_to_best_s"].mean() if len(timed) else np.nan,
         peak_mem_gb=done["peak_mem_gb"].mean() if n else np.nan, notes="; ".join(notes))
 
 
@@ -144,47 +145,53 @@ def _speed_key(run: pd.Series) -> tuple:
     return tuple("" if is_missing(run[c]) else run[c] for c in SPEED_KEY)
 
 
-def _solo_speed(cell: pd.DataFrame) -> tuple[tuple | None, pd.DataFrame]:
-    """The completed solo runs of a cell measured under its most common speed key, and that key."""
-    solo = cell[(cell["status"] == "completed") & cell["solo"] & cell["train_tokens_per_s"].notna()]
-    if solo.empty:
-        return None, solo
-    keys = [_speed_key(r) for _, r in solo.iterrows()]
+def _timed_speed(cell: pd.DataFrame) -> tuple[tuple | None, pd.DataFrame]:
+    """The completed timed runs (load.py) of a cell measured under its most common speed key, and that key."""
+    timed = cell[(cell["status"] == "completed") & cell["timed"] & cell["train_tokens_per_s"].notna()]
+    if timed.empty:
+        return None, timed
+    keys = [_speed_key(r) for _, r in timed.iterrows()]
     key = Counter(keys).most_common(1)[0][0]
-    return key, solo[[k == key for k in keys]]
+    return key, timed[[k == key for k in keys]]
 
 
 def _run_anchors(df: pd.DataFrame, baseline: str) -> dict:
-    """{speed key: mean tokens/s of the baseline's solo runs}."""
+    """{speed key: mean tokens/s of the baseline's timed runs}."""
     anchors: dict = {}
     base = df[df["attention"] == baseline]
     for _, cell in base.groupby(CELL, dropna=False, sort=False):
-        key, solo = _solo_speed(cell)
+        key, timed = _timed_speed(cell)
         if key is not None:
-            anchors.setdefault(key, []).extend(solo["train_tokens_per_s"].tolist())
+            anchors.setdefault(key, []).extend(timed["train_tokens_per_s"].tolist())
     return {key: float(np.mean(values)) for key, values in anchors.items()}
 
 
 def _speed(cell: pd.DataFrame, anchors: dict, speed, baseline: str) -> tuple[float, float, str, list[str]]:
     """(speed-up over baseline, step ms, source, notes) of one cell: a matching `lra bench models` row
-    first, else the cell's solo runs; never the timings of runs that shared a GPU."""
+    first, else the cell's timed runs; never the timings of runs that shared a GPU or ran through the
+    interpreter."""
     done = cell[cell["status"] == "completed"]
     shared = done[~done["solo"]]
+    interpreted = done[done["interpreted"]]
     notes = []
     if len(shared):
         per_gpu = "/".join(str(k) for k in sorted(set(shared["runs_per_gpu"])))
         notes.append(f"timings of {len(shared)} run(s) sharing a GPU ({per_gpu} runs per GPU) left out")
+    if len(interpreted):
+        notes.append(f"timings of {len(interpreted)} run(s) through the Triton interpreter left out "
+                     "(not a speed measurement)")
     if speed is not None:
         hit = _bench_speed(cell, speed, baseline)
         if hit is not None:
             return (*hit, notes)
-    key, solo = _solo_speed(cell)
+    key, timed = _timed_speed(cell)
     if key is None:
-        return np.nan, np.nan, "shared GPU: not shown" if len(shared) else "", notes
+        source = "interpreter: not shown" if len(interpreted) else "shared GPU: not shown" if len(shared) else ""
+        return np.nan, np.nan, source, notes
     anchor = anchors.get(key)
-    speedup = solo["train_tokens_per_s"].mean() / anchor if anchor else np.nan
-    known = "" if solo["sharing_known"].all() else ", sharing not recorded"
-    return speedup, solo["step_time_ms"].mean(), f"runs (n={len(solo)}{known})", notes
+    speedup = timed["train_tokens_per_s"].mean() / anchor if anchor else np.nan
+    known = "" if timed["sharing_known"].all() else ", sharing not recorded"
+    return speedup, timed["step_time_ms"].mean(), f"runs (n={len(timed)}{known})", notes
 
 
 def _bench_speed(cell: pd.DataFrame, speed: pd.DataFrame, baseline: str) -> tuple[float, float, str] | None:
@@ -283,10 +290,11 @@ def _notes(summary, published, records, base: str, baseline: str) -> list[str]:
         f"Speed vs {base} = training throughput over `{baseline}` (attention matrix materialised) at the same task, "
         "length, batch size, device, precision and compile mode. Speed from: runs = runs that had their GPU to "
         "themselves; bench = a `lra bench models` CSV row of the same attention, length and batch size (--speed). "
-        "Timings of runs that shared a GPU are never shown; – = no such measurement of the attention or of "
+        "Timings of runs that shared a GPU or ran our Triton kernels through the CPU interpreter are never shown; "
+        "– = no such measurement of the attention or of "
         f"`{baseline}`. Step = training step time.",
         "Best at step = optimizer step of the best validation accuracy; time to best = its wall-clock time "
-        "(runs alone on their GPU); peak GB = peak GPU memory (1e9 bytes).",
+        "(timed runs only, as for speed); peak GB = peak GPU memory (1e9 bytes).",
     ]
     paper_speed = [(label, pub.lookup(published, RECORD_PAPER, attention, "speedup")[0]) for attention, label in
                    summary[["attention", "label"]].drop_duplicates("attention").itertuples(index=False)]

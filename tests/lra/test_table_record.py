@@ -281,3 +281,27 @@ def test_folders_of_committed_records_are_read(tmp_path, capsys):
     assert frame[frame["task"] == "listops"]["n"].iloc[0] == 2 and "result_torn.json" in captured.err
     assert run_cli("--runs", committed / "result_flash_paper-s1.json", "--format", "csv") == 0  # one file
     assert pd.read_csv(io.StringIO(capsys.readouterr().out))["n"].max() == 1
+
+
+CPU = "cpu (x86_64)"
+
+
+def smoke(root, attention, acc, *, tokens=1000.0, step_ms=100.0, seed=0):
+    """A CPU run of a small preset, as the README's main job writes it."""
+    return write(root, "listops", attention, seed, acc, preset="smoke", seq_len=32, device=CPU, tokens=tokens,
+                 step_ms=step_ms, steps=400, cfg=config(batch=16, max_steps=400), run_id=f"smoke-s{seed}")
+
+
+def test_timings_through_the_interpreter_are_not_speed(tmp_path, published):
+    smoke(tmp_path, "softmax", 0.42, tokens=1000.0)
+    smoke(tmp_path, "flash", 0.41, tokens=40.0, step_ms=2500.0)
+    smoke(tmp_path, "performer", 0.38, tokens=1500.0)
+    summary = summary_of(tmp_path, published)
+    flash = row(summary, "listops", "flash")
+    assert math.isnan(flash["speedup"]) and math.isnan(flash["step_ms"]) and math.isnan(flash["time_to_best_s"])
+    assert flash["speed_source"] == "interpreter: not shown" and "through the Triton interpreter" in flash["notes"]
+    assert row(summary, "listops", "performer")["speedup"] == pytest.approx(1.5)  # a CPU measurement, shown
+    shown = table.record_sections(summary, published)[0].table.set_index(["Task", "Attention"])
+    assert shown.loc[("ListOps", "FlashAttention"), "Speed vs Transformer"] == "–"
+    efficiency = table.efficiency_summary(table.load_run_records(tmp_path)).set_index("attention")
+    assert efficiency.loc["flash", "status"] == "interpreted" and efficiency.loc["performer", "status"] == "ok"
