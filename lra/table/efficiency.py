@@ -19,6 +19,7 @@ from lra.table.bench import load_bench_frame, mode_text
 from lra.table.format import NO_VALUE, format_duration, format_rate, format_ratio, format_seq_len, int_or, is_missing
 from lra.table.load import normalise_records
 from lra.table.render import Section
+from lra.table.scope import scope_line
 
 EFFICIENCY_COLUMNS = ["kind", "setting", "task", "preset", "regime", "compile", "file", "attention", "label",
                       "variant", "seq_len", "data_id", "status", "n", "batch_size", "tokens_per_s", "samples_per_s",
@@ -127,12 +128,20 @@ _BENCH_METRICS = (("ms/step", "ms_per_step", lambda v: f"{v:.2f}"), ("tokens/s",
                   ("vs eager {baseline}", "speedup_eager", format_ratio), ("peak GB", "peak_mem_gb", lambda v: f"{v:.2f}"))
 
 
-def efficiency_sections(summary: pd.DataFrame, baseline: str = "softmax") -> list[Section]:
-    """One display table per setting: rows (attention, metric), columns sequence lengths."""
+def efficiency_sections(summary: pd.DataFrame, baseline: str = "softmax", records=None) -> list[Section]:
+    """One display table per setting: rows (attention, metric), columns sequence lengths; a setting of
+    training runs is headed by what its `records` are (lra.table.scope)."""
     if summary.empty:
         return [Section("Efficiency", pd.DataFrame(), [
             "No run records or model-benchmark CSVs match (pass --runs DIR and/or --bench FILE from `lra bench models`)."])]
-    return [_setting_section(setting, group, baseline) for setting, group in summary.groupby("setting", sort=False)]
+    df = normalise_records(records) if records is not None else pd.DataFrame()
+    sections = []
+    for setting, group in summary.groupby("setting", sort=False):
+        section = _setting_section(setting, group, baseline)
+        if group["kind"].iloc[0] == "runs" and not df.empty:
+            section.subtitle = scope_line(df[df["task"].isin(group["task"]) & df["preset"].isin(group["preset"])])
+        sections.append(section)
+    return sections
 
 
 def _setting_section(setting: str, group: pd.DataFrame, baseline: str) -> Section:
