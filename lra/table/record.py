@@ -302,11 +302,11 @@ def _notes(summary, published, records, base: str, baseline: str, compare: bool)
         "Setting = where the runs depart from the paper's: another preset, augmentation, generated instead of "
         "official data, a subset of the data, fewer optimizer steps than the preset's max_steps, a CPU run.",
         f"Speed vs {base} = training throughput over `{baseline}` (attention matrix materialised) at the same task, "
-        "length, batch size, device, precision and compile mode. Speed from: runs = runs that had their GPU to "
-        "themselves; bench = a `lra bench models` CSV row of the same attention, length and batch size (--speed). "
-        "Timings of runs that shared a GPU or ran our Triton kernels through the CPU interpreter are never shown; "
-        "– = no such measurement of the attention or of "
-        f"`{baseline}`. Step = training step time.",
+        "length, batch size, device, precision and compile mode. Speed from: runs = runs that had their device to "
+        "themselves (no other run of ours beside them); bench = a `lra bench models` CSV row of the same "
+        "attention, length and batch size (--speed). Timings of runs that shared a GPU or ran our Triton kernels "
+        f"through the CPU interpreter are never shown; – = no such measurement of the attention or of `{baseline}`. "
+        "Step = training step time.",
         "Best at step = optimizer step of the best validation accuracy; time to best = its wall-clock time "
         "(timed runs only, as for speed); peak GB = peak GPU memory (1e9 bytes).",
     ]
