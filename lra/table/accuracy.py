@@ -34,8 +34,9 @@ def accuracy_summary(records: pd.DataFrame, published: pd.DataFrame | None = Non
     Columns: SUMMARY_COLUMNS (mean / std: test accuracy %; `paper_compared`: the cell's runs, or every
     cell an `avg` / `speedup` row summarises, are in the papers' setting), then per paper
     `published_<id>`, `failed_<id>`, `delta_<id>` (ours − published), all three only where
-    `paper_compared`. For `avg` rows `n` is the number of tasks averaged; for `speedup` rows `mean` is the geometric-mean training-throughput ratio over `baseline` across
-    tasks, from timed runs (alone on their GPU, not through the Triton interpreter).
+    `paper_compared`. For `avg` rows `n` is the number of tasks averaged; for `speedup` rows `mean` is
+    the geometric-mean training-throughput ratio over `baseline` across tasks, from timed runs (alone
+    on their device, not through the Triton interpreter).
     """
     published = published if published is not None else pd.DataFrame(columns=["id", "source", "task"])
     df = normalise_records(records)
