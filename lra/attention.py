@@ -425,6 +425,12 @@ def option_help(name: str) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(_entry(name).options)}
 
 
+def uses_kernels(name: str) -> bool:
+    """Whether the attention runs our Triton kernels (on CPU: through Triton's interpreter); False for
+    a name the registry does not hold."""
+    return name in _REGISTRY and _REGISTRY[name].uses_kernels
+
+
 def presets(name: str) -> dict[str, dict[str, Any]]:
     """Named option sets of one attention, e.g. presets('linformer')['lra'] == {'proj_k': 16, 'sharing': 'kv'}."""
     return {k: dict(v) for k, v in _entry(name).presets.items()}

@@ -13,6 +13,9 @@
   ±1 std band, one figure per task.
 
 Every function returns a `PlotResult`; absent data gives a result with `skipped` set, never an error.
+A figure made from run records carries, under its panels, what those runs are: presets, devices and
+whether our Triton kernels ran through Triton's CPU interpreter (lra.table.scope); the speed figures
+leave out runs whose timings are not speed measurements and say so there.
 Sizes are for a paper page: 7 in wide (two columns), fonts from seaborn's `paper` context.
 """
 from __future__ import annotations
@@ -47,6 +50,21 @@ class PlotResult:
     name: str
     files: list[Path] = field(default_factory=list)
     skipped: str | None = None
+    caption: str = ""  # the text under the panels: what the runs drawn are
+
+
+def _caption(fig, runs: pd.DataFrame, *, speed: bool = False) -> str:
+    """Write what `runs` (normalised records of the runs a figure draws from) are under the figure and
+    return the text; `speed`: the figure plots timings, so interpreted runs are not drawn."""
+    import textwrap
+
+    text = table.scope_line(runs)
+    if not text:
+        return ""
+    if speed and runs["interpreted"].any():
+        text += " Runs through the interpreter are not drawn."
+    fig.text(0.5, 0.0, textwrap.fill(text, 150), ha="center", va="top", fontsize="x-small", color="0.3")
+    return text
 
 
 def setup_style() -> None:
@@ -127,12 +145,12 @@ def _log2_lengths(ax, lengths) -> None:
 # ----------------------------------------------------------------------------------- accuracy vs speed
 def accuracy_vs_throughput(records: pd.DataFrame, out_dir: str | Path) -> PlotResult:
     result = PlotResult("accuracy_vs_throughput")
-    df = table.normalise_records(records)
-    df = df[(df["status"] == "completed") & df["test_acc"].notna() & df["train_tokens_per_s"].notna()
-            & df["solo"].astype(bool)]
+    done = table.normalise_records(records)
+    done = done[(done["status"] == "completed") & done["test_acc"].notna() & done["train_tokens_per_s"].notna()]
+    df = done[done["timed"].astype(bool)]
     if df.empty:
         result.skipped = ("no completed run records with test accuracy and training throughput measured alone "
-                          "on a GPU")
+                          "on their device and not through the Triton interpreter")
         return result
     points = (df.groupby(["task", "seq_len", "attention", "variant"], dropna=False)
               .agg(acc=("test_acc", "mean"), speed=("train_tokens_per_s", "mean"), mem=("peak_mem_gb", "mean"),
@@ -165,6 +183,7 @@ def accuracy_vs_throughput(records: pd.DataFrame, out_dir: str | Path) -> PlotRe
     grid.set_titles("{col_name}")
     grid.figure.suptitle("Accuracy vs training throughput (bubble area = peak memory)" if has_mem else
                          "Accuracy vs training throughput", y=1.02)
+    result.caption = _caption(grid.figure, done[done["task"].isin(points["task"])], speed=True)
     result.files = save(grid.figure, out_dir, result.name)
     return result
 
@@ -186,12 +205,16 @@ def efficiency_vs_length(records: pd.DataFrame | None, bench: pd.DataFrame | Non
             result.skipped = f"no {what} with at least two sequence lengths in one setting"
             results.append(result)
             continue
-        result.files = _efficiency_figure(part, out_dir, name)
+        runs = table.normalise_records(records) if kind == "runs" else pd.DataFrame()
+        if not runs.empty:
+            runs = runs[runs["task"].isin(part["task"]) & runs["preset"].isin(part["preset"])]
+        result.files, result.caption = _efficiency_figure(part, out_dir, name, runs)
         results.append(result)
     return results
 
 
-def _efficiency_figure(part: pd.DataFrame, out_dir, name: str) -> list[Path]:
+def _efficiency_figure(part: pd.DataFrame, out_dir, name: str, runs: pd.DataFrame) -> tuple[list[Path], str]:
+    """The figure of `part` (efficiency_summary rows) and its caption (`runs`: the records behind it)."""
     from matplotlib.lines import Line2D
 
     part = part.copy()
@@ -230,7 +253,8 @@ def _efficiency_figure(part: pd.DataFrame, out_dir, name: str) -> list[Path]:
         handles.append(Line2D([], [], color="black", marker="x", linestyle="none", mew=1.5, label="out of memory"))
     fig.tight_layout(rect=(0, 0.07 if len(handles) > 4 else 0.04, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), bbox_to_anchor=(0.5, 0.0))
-    return save(fig, out_dir, name)
+    caption = _caption(fig, runs, speed=True)
+    return save(fig, out_dir, name), caption
 
 
 # ----------------------------------------------------------------------------------- kernels
@@ -358,6 +382,7 @@ def training_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[
         points = points[points["task"].isin(list(tasks))]
     if points.empty:
         return [PlotResult("training_curves", skipped="no run records with a validation-accuracy curve")]
+    runs = table.normalise_records(records)
     results = []
     for task in sorted(points["task"].unique(), key=pub.task_sort_key):
         data = points[points["task"] == task].copy()
@@ -389,6 +414,7 @@ def training_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterable[
         what = "accuracy" if two_rows else "validation accuracy"
         grid.figure.suptitle(f"{pub.task_label(task)}: {what} vs time (one line per run)", y=1.03)
         result = PlotResult(f"curves_{slug(task)}")
+        result.caption = _caption(grid.figure, runs[runs["path"].isin(data["run"])])
         result.files = save(grid.figure, out_dir, result.name)
         results.append(result)
     return results
@@ -431,8 +457,9 @@ def accuracy_vs_speedup(records: pd.DataFrame, out_dir: str | Path, *, baseline:
     points = summary[summary["ran"].astype(bool) & (summary["n"] > 0)].copy()
     points = points[np.isfinite(points["speedup"].astype(float))]
     if points.empty:
-        result.skipped = (f"no completed runs with a speed-up over {baseline} (needs runs alone on their GPU "
-                          "next to a solo baseline run, or --speed FILE from `lra bench models`)")
+        result.skipped = (f"no completed runs with a speed-up over {baseline} (needs runs alone on their GPU, "
+                          "not through the Triton interpreter, next to such a baseline run, or --speed FILE "
+                          "from `lra bench models`)")
         return result
     points["Attention"] = _cell_labels(points)
     multi_len = points.groupby("task")["seq_len"].nunique()
@@ -466,6 +493,8 @@ def accuracy_vs_speedup(records: pd.DataFrame, out_dir: str | Path, *, baseline:
     handles = [Line2D([], [], color=palette[label], marker="o", linestyle="none", label=label)
                for label in _hue_order(points["Attention"])]
     _legend_below(fig, handles, [h.get_label() for h in handles])
+    runs = table.normalise_records(records)
+    result.caption = _caption(fig, runs[runs["task"].isin(points["task"])], speed=True)
     result.files = save(fig, out_dir, result.name)
     return result
 
@@ -519,6 +548,7 @@ def validation_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterabl
     if points.empty:
         return [PlotResult("validation_curves", skipped="no completed run records with a validation-accuracy curve")]
     bands = validation_bands(points)
+    runs = table.normalise_records(records)
     results = []
     for task in sorted(bands["task"].unique(), key=pub.task_sort_key):
         data = bands[bands["task"] == task]
@@ -557,6 +587,7 @@ def validation_curves(records: pd.DataFrame, out_dir: str | Path, tasks: Iterabl
             legend.update(zip(*reversed(ax.get_legend_handles_labels())))
         _legend_below(fig, list(legend.values()), list(legend))
         result = PlotResult(f"val_curves_{slug(task)}")
+        result.caption = _caption(fig, runs[runs["path"].isin(points.loc[points["task"] == task, "run"])])
         result.files = save(fig, out_dir, result.name)
         results.append(result)
     return results

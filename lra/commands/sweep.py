@@ -13,7 +13,8 @@ from tasks.registry import TASKS
 
 EPILOG = """\
 examples:
-  lra sweep --preset smoke --tasks listops pathfinder32 --attentions flash softmax performer --seeds 0
+  lra sweep --preset cpu --tasks listops --attentions flash softmax performer linformer bigbird --seeds 0
+      # the README's CPU main job: minutes on 2 cores
   lra sweep --tasks listops --attentions flash softmax --seeds 0 1 2 --parallel 4      # 4 GPUs
   lra sweep --tasks listops --attentions flash softmax performer --seeds 0 1 2 --runs-per-gpu 9 \
       --budget-minutes 60        # 9 runs share one GPU; rerun to continue after the hour

@@ -144,7 +144,7 @@ def run(args) -> int:
             sections = table.accuracy_sections(summary, published, records)
         else:
             summary = table.efficiency_summary(records, bench, baseline=args.baseline)
-            sections = table.efficiency_sections(summary, args.baseline)
+            sections = table.efficiency_sections(summary, args.baseline, records)
         outputs[name] = table.to_csv(summary) if fmt == "csv" else table.render(sections, fmt)
 
     if args.out is None:

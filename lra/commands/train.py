@@ -36,7 +36,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by `lra train` and `lra sweep`."""
     parser.add_argument("--preset", default="paper",
                         help="preset section of lra/presets/<task>.yaml: paper (the published setting), "
-                             "smoke (tiny, CPU seconds), ... (default: paper)")
+                             "cpu (ListOps: the README's CPU main job, minutes), smoke (tiny, CPU seconds), ... "
+                             "(default: paper)")
     parser.add_argument("--runs-dir", default="runs", metavar="DIR", help="root of the run folders (default: runs)")
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: $LRA_DATA, else ./data)")
     add_hardware_arguments(parser)

@@ -4,6 +4,7 @@
 - `bench`: `lra bench models` CSVs -> one DataFrame;
 - `aggregate`: runs -> cells (one run per seed; mean, std and n over seeds);
 - `setting`: where a cell of runs departs from the paper's setting;
+- `scope`: what a set of runs is (presets, devices, Triton interpreter), the line heading each table;
 - `record`, `accuracy`, `efficiency`: the tables (the LRA table of record; the papers' accuracy
   layout; throughput and memory per length), each a tidy numeric summary (`--format csv`) and
   display sections;
@@ -20,10 +21,12 @@ from lra.table.format import NO_VALUE, format_duration, format_rate, format_seq_
 from lra.table.load import filter_frame, load_run_records, normalise_records
 from lra.table.record import RECORD_COLUMNS, record_sections, record_summary
 from lra.table.render import FORMATS, Section, latex_escape, render, to_csv
+from lra.table.scope import scope_line
 
 __all__ = [
     "BENCH_COLUMNS", "EFFICIENCY_COLUMNS", "FORMATS", "NO_VALUE", "RECORD_COLUMNS", "Section", "accuracy_sections",
     "accuracy_summary", "efficiency_sections", "efficiency_summary", "filter_frame", "format_duration", "format_rate",
     "format_seq_len", "is_missing", "latex_escape", "load_bench", "load_bench_frame", "load_run_records",
-    "normalise_records", "parse_seq_len", "read_csv_file", "record_sections", "record_summary", "render", "to_csv",
+    "normalise_records", "parse_seq_len", "read_csv_file", "record_sections", "record_summary", "render",
+    "scope_line", "to_csv",
 ]

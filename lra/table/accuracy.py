@@ -1,5 +1,6 @@
 """The accuracy table in the papers' layout: one row per attention, one column per task, with each
-paper's numbers and our Δ to them below ours, plus the five-task average and the speed-up.
+paper's numbers and our Δ to them below ours, plus the five-task average and the speed-up. The papers'
+numbers and Δ appear only for cells of runs in the papers' setting (lra.table.setting.paper_comparable).
 
 `accuracy_summary` is the tidy numeric frame (one row per cell; `--format csv`), `accuracy_sections`
 the display table. Accuracies in run records are fractions; tables show percentages.
@@ -16,9 +17,12 @@ from lra.table.aggregate import CELL, dedupe_seeds, not_counted_notes, seed_stat
 from lra.table.format import NO_VALUE, format_published, format_seq_len, int_or
 from lra.table.load import normalise_records
 from lra.table.render import Section
+from lra.table.scope import scope_line
+from lra.table.setting import paper_comparable
 
 SUMMARY_COLUMNS = ["attention", "label", "variant", "preset", "task", "column", "seq_len", "data_id", "n", "mean",
-                   "std", "seeds", "val_mean", "completed", "failed", "oom", "running", "duplicates"]
+                   "std", "seeds", "val_mean", "completed", "failed", "oom", "running", "duplicates",
+                   "paper_compared"]
 _COUNTS = ("completed", "failed", "oom", "running", "duplicates")
 
 
@@ -27,10 +31,12 @@ def accuracy_summary(records: pd.DataFrame, published: pd.DataFrame | None = Non
     """Tidy accuracy table: one row per cell (attention, variant, preset, task, seq_len, data), plus
     `avg` and `speedup` rows per (attention, variant, preset).
 
-    Columns: SUMMARY_COLUMNS (mean / std: test accuracy %), then per paper `published_<id>`,
-    `failed_<id>`, `delta_<id>` (ours − published). For `avg` rows `n` is the number of tasks averaged;
-    for `speedup` rows `mean` is the geometric-mean training-throughput ratio over `baseline` across
-    tasks, from runs that had the GPU to themselves.
+    Columns: SUMMARY_COLUMNS (mean / std: test accuracy %; `paper_compared`: the cell's runs, or every
+    cell an `avg` / `speedup` row summarises, are in the papers' setting), then per paper
+    `published_<id>`, `failed_<id>`, `delta_<id>` (ours − published), all three only where
+    `paper_compared`. For `avg` rows `n` is the number of tasks averaged; for `speedup` rows `mean` is
+    the geometric-mean training-throughput ratio over `baseline` across tasks, from timed runs (alone
+    on their device, not through the Triton interpreter).
     """
     published = published if published is not None else pd.DataFrame(columns=["id", "source", "task"])
     df = normalise_records(records)
@@ -45,21 +51,24 @@ def accuracy_summary(records: pd.DataFrame, published: pd.DataFrame | None = Non
     for key, group in df.groupby(CELL, dropna=False, sort=False):
         done = group[(group["status"] == "completed") & group["test_acc"].notna()]
         n, mean, std = seed_stats(done["test_acc"] * 100.0)
-        solo = done[done["solo"]]
+        timed = done[done["timed"]]
         rows.append(dict(zip(CELL, key), n=n, mean=mean, std=std, seeds=" ".join(map(str, seed_values(done["seed"]))),
                          val_mean=done["best_val_acc"].mean() * 100.0 if len(done) else np.nan,
                          completed=int((group["status"] == "completed").sum()),
                          failed=int((group["status"] == "failed").sum()), oom=int((group["status"] == "oom").sum()),
                          running=int((group["status"] == "running").sum()), duplicates=int(dup_counts.get(key, 0)),
-                         tokens_per_s=solo["train_tokens_per_s"].mean() if len(solo) else np.nan))
+                         paper_compared=paper_comparable(group),
+                         tokens_per_s=timed["train_tokens_per_s"].mean() if len(timed) else np.nan))
     cells = pd.DataFrame(rows)
     cells["seq_len"] = cells["seq_len"].astype("Int64")
     extra = _average_rows(cells) + _speedup_rows(cells, baseline)
     out = pd.concat([cells, pd.DataFrame(extra)], ignore_index=True) if extra else cells
     out["label"] = out["attention"].map(pub.attention_label)
     out["column"] = out["task"].map(lambda t: {"avg": "Avg", "speedup": "Speedup"}.get(t, pub.task_label(t)))
+    out["paper_compared"] = out["paper_compared"].astype(bool)
     for paper_id, _ in papers:
-        values = [pub.lookup(published, paper_id, a, t) for a, t in zip(out["attention"], out["task"])]
+        values = [pub.lookup(published, paper_id, a, t) if compared else (np.nan, False)
+                  for a, t, compared in zip(out["attention"], out["task"], out["paper_compared"])]
         out[f"published_{paper_id}"] = [v for v, _ in values]
         out[f"failed_{paper_id}"] = [f for _, f in values]
         delta = out["mean"] - out[f"published_{paper_id}"]
@@ -78,9 +87,9 @@ def column_sort_key(task: str) -> tuple:
     return {"avg": (90, ""), "speedup": (91, "")}.get(task, pub.task_sort_key(task))
 
 
-def _summary_row(key, task: str, n: int, mean: float) -> dict:
+def _summary_row(key, task: str, n: int, mean: float, compared: bool) -> dict:
     return dict(zip(["attention", "variant", "preset"], key), task=task, seq_len=pd.NA, data_id="", n=n,
-                mean=mean, std=np.nan, seeds="", **{c: 0 for c in _COUNTS})
+                mean=mean, std=np.nan, seeds="", paper_compared=compared, **{c: 0 for c in _COUNTS})
 
 
 def _average_rows(cells: pd.DataFrame) -> list[dict]:
@@ -90,7 +99,8 @@ def _average_rows(cells: pd.DataFrame) -> list[dict]:
         present = group[group["task"].isin(pub.AVERAGE_TASKS) & (group["n"] > 0)]
         if present.empty or present["task"].duplicated().any():
             continue  # no task, or a task at two lengths or on two data sets: which one to average is ambiguous
-        rows.append(_summary_row(key, "avg", len(present), present["mean"].mean()))
+        rows.append(_summary_row(key, "avg", len(present), present["mean"].mean(),
+                                 bool(present["paper_compared"].all())))
     return rows
 
 
@@ -102,13 +112,15 @@ def _speedup_rows(cells: pd.DataFrame, baseline: str) -> list[dict]:
     base = base.groupby(["preset", "task", "seq_len"], dropna=False)["tokens_per_s"].mean()
     rows = []
     for key, group in cells.groupby(["attention", "variant", "preset"], dropna=False, sort=False):
-        ratios = []
+        ratios, compared = [], []
         for _, cell in group.iterrows():
             anchor = base.get((cell["preset"], cell["task"], cell["seq_len"]))
             if anchor is not None and np.isfinite(cell["tokens_per_s"]) and anchor > 0:
                 ratios.append(cell["tokens_per_s"] / anchor)
+                compared.append(cell["paper_compared"])
         if ratios:
-            rows.append(_summary_row(key, "speedup", len(ratios), float(np.exp(np.mean(np.log(ratios))))))
+            rows.append(_summary_row(key, "speedup", len(ratios), float(np.exp(np.mean(np.log(ratios)))),
+                                     all(compared)))
     return rows
 
 
@@ -177,28 +189,36 @@ def accuracy_sections(summary: pd.DataFrame, published: pd.DataFrame | None = No
             cells[r["col"]] = _ours_cell(r)
         table_rows.append({"Attention": row_label, "Numbers": "ours", **cells})
         table_rows += _paper_rows(summary, group, published, papers, column_order)
+    compared = bool(summary["paper_compared"].any())
     notes = [
         "Test accuracy (%): mean ± sample std over seeds (n = completed seeds). "
         f"Avg = mean over {', '.join(pub.task_label(t) for t in pub.AVERAGE_TASKS)}, as in both papers. "
-        "Δ = ours − published.",
+        + ("Δ = ours − published; the papers' numbers only beside runs of the `paper` preset on a GPU." if compared
+           else "No papers' numbers: no run here used the `paper` preset on a GPU, the papers' setting."),
     ]
     if "Speedup" in column_order:
         notes.append("Speedup = training throughput over the Transformer (`softmax`) on the same task and length, "
-                     "geometric mean over tasks; runs that shared a GPU are left out.")
-    for paper_id, paper_label in papers:
+                     "geometric mean over tasks; runs that shared a GPU or ran our kernels through the Triton "
+                     "interpreter are left out.")
+    for paper_id, paper_label in papers if compared else []:
         notes.append(f"{paper_label}: {pub.citation_text(published, paper_id)}")
+    subtitle = ""
     if records is not None and not records.empty:
         notes += not_counted_notes(normalise_records(records))
+        subtitle = scope_line(normalise_records(records))
     dups = int(summary["duplicates"].sum())
     if dups:
         notes.append(f"{dups} repeated run(s) of an already-counted seed ignored (the newest run of each seed counts).")
-    return [Section("Accuracy (test %)", pd.DataFrame(table_rows), notes)]
+    return [Section("Accuracy (test %)", pd.DataFrame(table_rows), notes, subtitle)]
 
 
 def _paper_rows(summary, group, published, papers, column_order) -> list[dict]:
-    """Each paper's numbers for the attention of `group`, and our Δ to them (rows left out when empty)."""
+    """Each paper's numbers for the attention of `group`, and our Δ to them (rows left out when empty,
+    or when no cell of the group is in the papers' setting)."""
     attention = group["attention"].iloc[0]
     rows = []
+    if not group["paper_compared"].any():
+        return rows
     for paper_id, paper_label in papers:
         pub_cells, delta_cells, any_value = {}, {}, False
         for column in column_order:
@@ -222,7 +242,9 @@ def _paper_rows(summary, group, published, papers, column_order) -> list[dict]:
 
 
 def _paper_has(summary: pd.DataFrame, papers, column: str) -> bool:
-    return column == "Avg" and any(summary["task"].isin(pub.AVERAGE_TASKS)) and bool(papers)
+    """Whether the papers' rows fill `column` although our runs do not (the papers' five-task average)."""
+    compared = summary[summary["paper_compared"]]
+    return column == "Avg" and any(compared["task"].isin(pub.AVERAGE_TASKS)) and bool(papers)
 
 
 def _task_of(summary: pd.DataFrame, column: str) -> str | None:

@@ -3,7 +3,8 @@ attentions measured in the same setting, peak memory, training time.
 
 A *setting* is a training configuration from run records (task + preset) or a model-benchmark
 configuration (file, batch regime, eager/compiled). Timings of runs that shared a GPU with other
-runs are not speed measurements and are left out (their peak memory, a per-process figure, stays).
+runs, or that ran our Triton kernels through the CPU interpreter, are not speed measurements and are
+left out (their peak memory, a per-process figure, stays).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from lra.table.bench import load_bench_frame, mode_text
 from lra.table.format import NO_VALUE, format_duration, format_rate, format_ratio, format_seq_len, int_or, is_missing
 from lra.table.load import normalise_records
 from lra.table.render import Section
+from lra.table.scope import scope_line
 
 EFFICIENCY_COLUMNS = ["kind", "setting", "task", "preset", "regime", "compile", "file", "attention", "label",
                       "variant", "seq_len", "data_id", "status", "n", "batch_size", "tokens_per_s", "samples_per_s",
@@ -34,7 +36,7 @@ def efficiency_summary(records: pd.DataFrame | None = None, bench: pd.DataFrame 
     Ratios of tokens/s at the same length: `speedup` over `baseline` in the same setting,
     `speedup_sdpa` over `sdpa` in the same setting, and (compiled benchmark settings) `speedup_eager`
     over the eager `baseline` of the same file and regime. Run-record cells are means over the
-    completed seeds that had the GPU to themselves.
+    completed timed seeds (load.py: alone on their GPU, not through the Triton interpreter).
     """
     parts = []
     df = normalise_records(records) if records is not None else pd.DataFrame()
@@ -73,16 +75,17 @@ def _run_rows(df: pd.DataFrame) -> pd.DataFrame:
     for key, group in df.groupby(_RUN_KEY, dropna=False, sort=False):
         task, preset, attention, variant, seq_len, data_id = key
         done = group[group["status"] == "completed"]
-        solo = done[done["solo"]]
-        status = "ok" if len(solo) else "shared" if len(done) else worst_status(group["status"])
+        timed = done[done["timed"]]
+        status = ("ok" if len(timed) else "interpreted" if done["interpreted"].any() else "shared" if len(done)
+                  else worst_status(group["status"]))
         setting = (f"{pub.task_label(task)}: training runs" + (f", preset {preset or '?'}" if many_presets else "")
                    + (f", data {data_id}" if data_count[task] > 1 else ""))
         rows.append(dict(kind="runs", setting=setting, task=task, preset=preset, regime=None, compile=None,
                          file=None, attention=attention, variant=variant, seq_len=seq_len, data_id=data_id,
-                         status=status, n=len(solo), tokens_per_s=solo["train_tokens_per_s"].mean(),
-                         samples_per_s=solo["train_samples_per_s"].mean(), ms_per_step=solo["step_time_ms"].mean(),
-                         peak_mem_gb=done["peak_mem_gb"].mean(), wall_time_s=solo["wall_time_s"].mean(),
-                         time_to_best_s=solo["time_to_best_s"].mean(), shared=len(done) - len(solo),
+                         status=status, n=len(timed), tokens_per_s=timed["train_tokens_per_s"].mean(),
+                         samples_per_s=timed["train_samples_per_s"].mean(), ms_per_step=timed["step_time_ms"].mean(),
+                         peak_mem_gb=done["peak_mem_gb"].mean(), wall_time_s=timed["wall_time_s"].mean(),
+                         time_to_best_s=timed["time_to_best_s"].mean(), shared=int((~done["solo"]).sum()),
                          note=first_error(group),
                          _order=(1, pub.task_sort_key(task), preset)))
     return pd.DataFrame(rows)
@@ -114,7 +117,8 @@ def _bench_rows(bench: pd.DataFrame) -> pd.DataFrame:
 
 
 _STATUS_CELLS = {"oom": "OOM", "unsupported": "n/a", "error": "error", "failed": "failed", "running": "running",
-                 "diverged": "diverged", "interrupted": "interrupted", "shared": "shared GPU"}
+                 "diverged": "diverged", "interrupted": "interrupted", "shared": "shared GPU",
+                 "interpreted": "interpreter"}
 # (row label, summary column, formatter); "{baseline}" is filled in.
 _RUN_METRICS = (("tokens/s", "tokens_per_s", format_rate), ("vs {baseline}", "speedup", format_ratio),
                 ("peak GB", "peak_mem_gb", lambda v: f"{v:.2f}"), ("train time", "wall_time_s", format_duration),
@@ -124,12 +128,20 @@ _BENCH_METRICS = (("ms/step", "ms_per_step", lambda v: f"{v:.2f}"), ("tokens/s",
                   ("vs eager {baseline}", "speedup_eager", format_ratio), ("peak GB", "peak_mem_gb", lambda v: f"{v:.2f}"))
 
 
-def efficiency_sections(summary: pd.DataFrame, baseline: str = "softmax") -> list[Section]:
-    """One display table per setting: rows (attention, metric), columns sequence lengths."""
+def efficiency_sections(summary: pd.DataFrame, baseline: str = "softmax", records=None) -> list[Section]:
+    """One display table per setting: rows (attention, metric), columns sequence lengths; a setting of
+    training runs is headed by what its `records` are (lra.table.scope)."""
     if summary.empty:
         return [Section("Efficiency", pd.DataFrame(), [
             "No run records or model-benchmark CSVs match (pass --runs-dir DIR and/or --bench FILE from `lra bench models`)."])]
-    return [_setting_section(setting, group, baseline) for setting, group in summary.groupby("setting", sort=False)]
+    df = normalise_records(records) if records is not None else pd.DataFrame()
+    sections = []
+    for setting, group in summary.groupby("setting", sort=False):
+        section = _setting_section(setting, group, baseline)
+        if group["kind"].iloc[0] == "runs" and not df.empty:
+            section.subtitle = scope_line(df[df["task"].isin(group["task"]) & df["preset"].isin(group["preset"])])
+        sections.append(section)
+    return sections
 
 
 def _setting_section(setting: str, group: pd.DataFrame, baseline: str) -> Section:
@@ -170,6 +182,9 @@ def _setting_section(setting: str, group: pd.DataFrame, baseline: str) -> Sectio
         if not shared.empty:
             notes.append(f"Timings leave out the {int(shared['shared'].sum())} run(s) that shared their GPU with "
                          "other runs (record sharing.runs_per_gpu > 1); shared GPU = every run of that cell did.")
+        if (group["status"] == "interpreted").any():
+            notes.append("interpreter = every run of that cell ran our Triton kernels through the CPU interpreter: "
+                         "its timings are not speed measurements and are left out.")
     else:
         batches = group.dropna(subset=["batch_size"])
         if not batches.empty:

@@ -11,6 +11,10 @@ Derived columns:
 - `runs_per_gpu`, `sharing_known`, `solo`: how many runs shared the GPU (record `sharing`; older
   records: 1, with `sharing_known` False). Only solo runs' timings are speed measurements;
 - `batch_size`, `model_key`, `on_cpu`: what a throughput ratio must hold equal;
+- `interpreted`: the run's attention ran our Triton kernels on a CPU, which only Triton's interpreter
+  does (correct, but orders of magnitude slower than compiled kernels);
+- `timed`: the run's timings measure its attention: it had its device to itself and did not run
+  through the interpreter. Speed figures come from timed runs only;
 - `chance_pct`, `at_chance`, `best_step`: chance accuracy of the task (1 / classes), whether the run's
   best validation accuracy stayed within `CHANCE_MARGIN_PTS` of it, and the step of that best.
 """
@@ -41,7 +45,8 @@ RECORD_MEM_UNIT_BYTES = 2**30   # the unit of a run record's peak_mem_gb (lra.ca
 # The derived columns (and their dtypes, for an empty frame).
 DERIVED_COLUMNS = {"variant": object, "data_id": object, "data_source": object, "data_description": object,
                    "data_label": object, "sharing_known": bool, "runs_per_gpu": int, "solo": bool,
-                   "model_key": object, "on_cpu": bool, "chance_pct": float, "at_chance": bool, "best_step": float}
+                   "model_key": object, "on_cpu": bool, "interpreted": bool, "timed": bool, "chance_pct": float,
+                   "at_chance": bool, "best_step": float}
 UNKNOWN_DATA_ID = "unknown"
 # A run whose best validation accuracy is at most this many points above chance learned nothing.
 CHANCE_MARGIN_PTS = 2.0
@@ -128,6 +133,7 @@ def normalise_records(records: pd.DataFrame | None) -> pd.DataFrame:
     _add_sharing(df)
     df["model_key"] = configs.map(lambda c: json.dumps(c.get("model") or {}, sort_keys=True, default=str))
     df["on_cpu"] = df["device"].map(lambda d: isinstance(d, str) and d.strip().lower().startswith("cpu"))
+    _add_interpreted(df)
     _add_chance(df)
     df["variant"] = variants(df)
     return df.reset_index(drop=True)
@@ -163,6 +169,13 @@ def _add_sharing(df: pd.DataFrame) -> None:
     df["sharing_known"] = shared.notna()
     df["runs_per_gpu"] = shared.fillna(1).astype(int)
     df["solo"] = df["runs_per_gpu"] == 1
+
+
+def _add_interpreted(df: pd.DataFrame) -> None:
+    from lra.attention import uses_kernels
+
+    df["interpreted"] = df["on_cpu"] & df["attention"].map(uses_kernels)
+    df["timed"] = df["solo"] & ~df["interpreted"]
 
 
 def _add_chance(df: pd.DataFrame) -> None:

@@ -4,14 +4,17 @@ materialised softmax Transformer, the time to the best validation accuracy and t
 
 Rules the rows follow:
 - runs on different data (`data_id`) are never pooled: they are separate rows;
-- every task the paper reports appears, also without runs: its row carries the paper's number and
-  says why it was not run here;
+- in a table that compares with the paper (it holds runs of the `paper` preset on a GPU), every task
+  the paper reports appears, also without runs: its row carries the paper's number and says why it
+  was not run here;
 - a run whose best validation accuracy stays within 2 points of chance is marked "at chance" and
   still counted, never dropped;
-- the paper's number and our Δ to it only for runs of the `paper` preset on a GPU; the setting
-  column says where a row departs from the paper's setting (lra.table.setting);
-- speed figures only from runs that had the GPU to themselves, or from a `lra bench models` CSV
-  (`--speed`) row of the same attention, length and batch size; the row names the source.
+- the paper's number and our Δ to it only for runs of the `paper` preset on a GPU, and the paper
+  columns only in a table that holds such runs; the setting column says where a row departs from
+  the paper's setting (lra.table.setting);
+- speed figures only from runs that had the GPU to themselves and did not run our kernels through
+  Triton's CPU interpreter, or from a `lra bench models` CSV (`--speed`) row of the same attention,
+  length and batch size; the row names the source.
 
 `record_summary` is the tidy frame (`--format csv`), `record_sections` the display table.
 """
@@ -30,6 +33,7 @@ from lra.table.format import (NO_VALUE, format_duration, format_published, forma
                               is_missing)
 from lra.table.load import CHANCE_MARGIN_PTS, UNKNOWN_DATA_ID, data_label, normalise_records
 from lra.table.render import Section
+from lra.table.scope import scope_line
 from lra.table.setting import deviations, paper_comparable
 
 # The paper the table of record compares with: FlashAttention (Dao et al. 2022), Table 3 for the five
@@ -40,9 +44,9 @@ SPEED_KEY = ("task", "seq_len", "batch_size", "device", "precision", "compile", 
 
 RECORD_COLUMNS = [
     "task", "attention", "label", "variant", "preset", "seq_len", "data_id", "data_source", "data_description",
-    "ran", "setting", "paper_setting", "n", "mean", "std", "seeds", "chance_pct", "at_chance", "completed",
-    "failed", "oom", "diverged", "interrupted", "running", "duplicates", "published", "published_failed", "delta",
-    "speedup", "step_ms", "speed_source", "best_step", "time_to_best_s", "peak_mem_gb", "notes",
+    "ran", "setting", "paper_setting", "paper_compared", "n", "mean", "std", "seeds", "chance_pct", "at_chance",
+    "completed", "failed", "oom", "diverged", "interrupted", "running", "duplicates", "published", "published_failed",
+    "delta", "speedup", "step_ms", "speed_source", "best_step", "time_to_best_s", "peak_mem_gb", "notes",
 ]
 
 
@@ -51,7 +55,8 @@ def record_summary(records: pd.DataFrame | None, published: pd.DataFrame | None 
                    tasks=None, attentions=None) -> pd.DataFrame:
     """The table of record as a tidy frame (RECORD_COLUMNS), one row per cell plus one per (task,
     attention) without runs. `speed`: `lra bench models` rows to take speed figures from; `tasks` /
-    `attentions`: the rows wanted (default: the paper's tasks and every task run; every attention run).
+    `attentions`: the rows wanted (default: every task run, and the paper's tasks where the table
+    compares with the paper; every attention run).
     Accuracies are percentages; `speedup` is throughput over `baseline`."""
     published = published if published is not None else pd.DataFrame(columns=["id", "task", "model"])
     df = normalise_records(records)
@@ -64,13 +69,14 @@ def record_summary(records: pd.DataFrame | None, published: pd.DataFrame | None 
             rows.append(_cell_row(dict(zip(CELL, key)), cell, int(duplicates.get(key, 0)), anchors, speed,
                                   baseline, published))
     ran = {(r["task"], r["attention"]) for r in rows}
-    wanted_tasks = list(tasks) if tasks else sorted(set(pub.paper_tasks(published, RECORD_PAPER))
-                                                    | {r["task"] for r in rows}, key=pub.task_sort_key)
+    compare = any(r["paper_compared"] for r in rows)
+    paper_tasks = set(pub.paper_tasks(published, RECORD_PAPER)) if compare else set()
+    wanted_tasks = list(tasks) if tasks else sorted(paper_tasks | {r["task"] for r in rows}, key=pub.task_sort_key)
     wanted_attentions = list(dict.fromkeys([*(attentions or []), *sorted({r["attention"] for r in rows})]))
     for task in wanted_tasks:
         for attention in wanted_attentions:
             if (task, attention) not in ran:
-                rows.append(_missing_row(task, attention, published))
+                rows.append(_missing_row(task, attention, published if compare else None))
     out = pd.DataFrame(rows, columns=RECORD_COLUMNS)
     if out.empty:
         return out
@@ -91,7 +97,7 @@ def _cell_row(key: dict, cell: pd.DataFrame, duplicates: int, anchors: dict, spe
     if not comparable:
         value, failed = np.nan, False
     speedup, step_ms, source, speed_notes = _speed(cell, anchors, speed, baseline)
-    solo = done[done["solo"]]
+    timed = done[done["timed"]]
     at_chance = int(done["at_chance"].sum())
     notes = []
     if 0 < at_chance < n:
@@ -106,7 +112,8 @@ def _cell_row(key: dict, cell: pd.DataFrame, duplicates: int, anchors: dict, spe
     return dict(
         key, label=pub.attention_label(key["attention"]), data_source=_first(cell["data_source"]),
         data_description=_first(cell["data_description"]), ran=True, setting="; ".join(setting) or "paper",
-        paper_setting=not setting, n=n, mean=mean, std=std, seeds=" ".join(map(str, seed_values(done["seed"]))),
+        paper_setting=not setting, paper_compared=comparable, n=n, mean=mean, std=std,
+        seeds=" ".join(map(str, seed_values(done["seed"]))),
         chance_pct=_first(cell["chance_pct"]), at_chance=at_chance,
         completed=int((cell["status"] == "completed").sum()),
         **{s: counts.get(s, 0) for s in ("failed", "oom", "diverged", "interrupted", "running")},
@@ -114,7 +121,7 @@ def _cell_row(key: dict, cell: pd.DataFrame, duplicates: int, anchors: dict, spe
         delta=mean - value if comparable and n and np.isfinite(value) else np.nan,
         speedup=speedup, step_ms=step_ms, speed_source=source,
         best_step=done["best_step"].mean() if n else np.nan,
-        time_to_best_s=solo["time_to_best_s"].mean() if len(solo) else np.nan,
+        time_to_best_s=timed["time_to_best_s"].mean() if len(timed) else np.nan,
         peak_mem_gb=done["peak_mem_gb"].mean() if n else np.nan, notes="; ".join(notes))
 
 
@@ -123,16 +130,19 @@ def _first(values: pd.Series):
     return values.iloc[0] if len(values) else np.nan
 
 
-def _missing_row(task: str, attention: str, published: pd.DataFrame) -> dict:
+def _missing_row(task: str, attention: str, published: pd.DataFrame | None) -> dict:
+    """The row of a (task, attention) without runs; with the paper's number unless `published` is None
+    (a table that does not compare with the paper)."""
     from tasks.registry import TASKS
 
-    value, failed = pub.lookup(published, RECORD_PAPER, attention, task)
+    value, failed = (np.nan, False) if published is None else pub.lookup(published, RECORD_PAPER, attention, task)
     offline = task in TASKS and "generated" in TASKS[task].sources
     reason = "not run here" if offline or task not in TASKS else "not run here: data not available offline"
     row = {c: np.nan for c in RECORD_COLUMNS}
     row.update(task=task, attention=attention, label=pub.attention_label(attention), variant="", preset="",
                seq_len=pd.NA, data_id="", data_source="", data_description="", ran=False, setting="",
-               paper_setting=False, n=0, seeds="", at_chance=0, published=value, published_failed=failed,
+               paper_setting=False, paper_compared=published is not None, n=0, seeds="", at_chance=0,
+               published=value, published_failed=failed,
                speed_source="", notes=reason,
                chance_pct=100.0 / TASKS[task].num_classes if task in TASKS else np.nan,
                **{c: 0 for c in ("completed", "failed", "oom", "diverged", "interrupted", "running", "duplicates")})
@@ -144,47 +154,53 @@ def _speed_key(run: pd.Series) -> tuple:
     return tuple("" if is_missing(run[c]) else run[c] for c in SPEED_KEY)
 
 
-def _solo_speed(cell: pd.DataFrame) -> tuple[tuple | None, pd.DataFrame]:
-    """The completed solo runs of a cell measured under its most common speed key, and that key."""
-    solo = cell[(cell["status"] == "completed") & cell["solo"] & cell["train_tokens_per_s"].notna()]
-    if solo.empty:
-        return None, solo
-    keys = [_speed_key(r) for _, r in solo.iterrows()]
+def _timed_speed(cell: pd.DataFrame) -> tuple[tuple | None, pd.DataFrame]:
+    """The completed timed runs (load.py) of a cell measured under its most common speed key, and that key."""
+    timed = cell[(cell["status"] == "completed") & cell["timed"] & cell["train_tokens_per_s"].notna()]
+    if timed.empty:
+        return None, timed
+    keys = [_speed_key(r) for _, r in timed.iterrows()]
     key = Counter(keys).most_common(1)[0][0]
-    return key, solo[[k == key for k in keys]]
+    return key, timed[[k == key for k in keys]]
 
 
 def _run_anchors(df: pd.DataFrame, baseline: str) -> dict:
-    """{speed key: mean tokens/s of the baseline's solo runs}."""
+    """{speed key: mean tokens/s of the baseline's timed runs}."""
     anchors: dict = {}
     base = df[df["attention"] == baseline]
     for _, cell in base.groupby(CELL, dropna=False, sort=False):
-        key, solo = _solo_speed(cell)
+        key, timed = _timed_speed(cell)
         if key is not None:
-            anchors.setdefault(key, []).extend(solo["train_tokens_per_s"].tolist())
+            anchors.setdefault(key, []).extend(timed["train_tokens_per_s"].tolist())
     return {key: float(np.mean(values)) for key, values in anchors.items()}
 
 
 def _speed(cell: pd.DataFrame, anchors: dict, speed, baseline: str) -> tuple[float, float, str, list[str]]:
     """(speed-up over baseline, step ms, source, notes) of one cell: a matching `lra bench models` row
-    first, else the cell's solo runs; never the timings of runs that shared a GPU."""
+    first, else the cell's timed runs; never the timings of runs that shared a GPU or ran through the
+    interpreter."""
     done = cell[cell["status"] == "completed"]
     shared = done[~done["solo"]]
+    interpreted = done[done["interpreted"]]
     notes = []
     if len(shared):
         per_gpu = "/".join(str(k) for k in sorted(set(shared["runs_per_gpu"])))
         notes.append(f"timings of {len(shared)} run(s) sharing a GPU ({per_gpu} runs per GPU) left out")
+    if len(interpreted):
+        notes.append(f"timings of {len(interpreted)} run(s) through the Triton interpreter left out "
+                     "(not a speed measurement)")
     if speed is not None:
         hit = _bench_speed(cell, speed, baseline)
         if hit is not None:
             return (*hit, notes)
-    key, solo = _solo_speed(cell)
+    key, timed = _timed_speed(cell)
     if key is None:
-        return np.nan, np.nan, "shared GPU: not shown" if len(shared) else "", notes
+        source = "interpreter: not shown" if len(interpreted) else "shared GPU: not shown" if len(shared) else ""
+        return np.nan, np.nan, source, notes
     anchor = anchors.get(key)
-    speedup = solo["train_tokens_per_s"].mean() / anchor if anchor else np.nan
-    known = "" if solo["sharing_known"].all() else ", sharing not recorded"
-    return speedup, solo["step_time_ms"].mean(), f"runs (n={len(solo)}{known})", notes
+    speedup = timed["train_tokens_per_s"].mean() / anchor if anchor else np.nan
+    known = "" if timed["sharing_known"].all() else ", sharing not recorded"
+    return speedup, timed["step_time_ms"].mean(), f"runs (n={len(timed)}{known})", notes
 
 
 def _bench_speed(cell: pd.DataFrame, speed: pd.DataFrame, baseline: str) -> tuple[float, float, str] | None:
@@ -248,6 +264,7 @@ def record_sections(summary: pd.DataFrame, published: pd.DataFrame | None = None
     published = published if published is not None else pd.DataFrame(columns=["id", "citation"])
     base = pub.attention_label(baseline)
     ran = summary["ran"]
+    compare = bool(summary["paper_compared"].any())
     table = pd.DataFrame({
         "Task": _task_labels(summary),
         "Attention": summary["label"],
@@ -256,8 +273,8 @@ def record_sections(summary: pd.DataFrame, published: pd.DataFrame | None = None
         "Setting": [s if r else NO_VALUE for s, r in zip(summary["setting"], ran)],
         "Test acc. (%)": summary.apply(_accuracy_cell, axis=1),
         "n": summary["n"].astype(int).astype(str),
-        "Paper (%)": summary.apply(_paper_cell, axis=1),
-        "Δ": summary["delta"].map(_value(lambda v: f"{v:+.1f}")),
+        **({"Paper (%)": summary.apply(_paper_cell, axis=1),
+            "Δ": summary["delta"].map(_value(lambda v: f"{v:+.1f}"))} if compare else {}),
         f"Speed vs {base}": summary["speedup"].map(_value(format_ratio)),
         "Speed from": summary["speed_source"].fillna("").replace("", NO_VALUE),
         "Step (ms)": summary["step_ms"].map(_value(lambda v: f"{v:.1f}")),
@@ -266,27 +283,32 @@ def record_sections(summary: pd.DataFrame, published: pd.DataFrame | None = None
         "Peak GB": summary["peak_mem_gb"].map(_value(lambda v: f"{v:.2f}")),
         "Notes": summary["notes"].fillna(""),
     })
-    return [Section("LRA table of record", table, _notes(summary, published, records, base, baseline))]
+    subtitle = scope_line(normalise_records(records)) if records is not None and not records.empty else ""
+    return [Section("LRA table of record", table, _notes(summary, published, records, base, baseline, compare),
+                    subtitle)]
 
 
-def _notes(summary, published, records, base: str, baseline: str) -> list[str]:
+def _notes(summary, published, records, base: str, baseline: str, compare: bool) -> list[str]:
     chances = summary.dropna(subset=["chance_pct"]).drop_duplicates("task")
     notes = [
         "Test acc. = test accuracy (%) of the best-validation checkpoint: mean ± sample std over completed seeds "
         "(n; the newest run of each seed counts). At chance = best validation accuracy ≤ chance + "
         f"{CHANCE_MARGIN_PTS:g} points, chance = 1 / classes ("
         + ", ".join(f"{pub.task_label(t)} {c:g} %" for t, c in zip(chances["task"], chances["chance_pct"])) + ").",
-        f"Paper = {pub.citation_text(published, RECORD_PAPER) or 'the FlashAttention paper'} (fail = at chance "
-        "there). Paper and Δ (ours − paper) only for runs of the `paper` preset on a GPU.",
+        (f"Paper = {pub.citation_text(published, RECORD_PAPER) or 'the FlashAttention paper'} (fail = at chance "
+         "there). Paper and Δ (ours − paper) only for runs of the `paper` preset on a GPU.") if compare else
+        ("No paper columns: no run here used the `paper` preset on a GPU, the only setting compared with the "
+         "FlashAttention paper."),
         "Setting = where the runs depart from the paper's: another preset, augmentation, generated instead of "
         "official data, a subset of the data, fewer optimizer steps than the preset's max_steps, a CPU run.",
         f"Speed vs {base} = training throughput over `{baseline}` (attention matrix materialised) at the same task, "
-        "length, batch size, device, precision and compile mode. Speed from: runs = runs that had their GPU to "
-        "themselves; bench = a `lra bench models` CSV row of the same attention, length and batch size (--speed). "
-        "Timings of runs that shared a GPU are never shown; – = no such measurement of the attention or of "
-        f"`{baseline}`. Step = training step time.",
+        "length, batch size, device, precision and compile mode. Speed from: runs = runs that had their device to "
+        "themselves (no other run of ours beside them); bench = a `lra bench models` CSV row of the same "
+        "attention, length and batch size (--speed). Timings of runs that shared a GPU or ran our Triton kernels "
+        f"through the CPU interpreter are never shown; – = no such measurement of the attention or of `{baseline}`. "
+        "Step = training step time.",
         "Best at step = optimizer step of the best validation accuracy; time to best = its wall-clock time "
-        "(runs alone on their GPU); peak GB = peak GPU memory (1e9 bytes).",
+        "(timed runs only, as for speed); peak GB = peak GPU memory (1e9 bytes).",
     ]
     paper_speed = [(label, pub.lookup(published, RECORD_PAPER, attention, "speedup")[0]) for attention, label in
                    summary[["attention", "label"]].drop_duplicates("attention").itertuples(index=False)]

@@ -13,10 +13,12 @@ FORMATS = ("markdown", "csv", "latex")
 
 @dataclass
 class Section:
-    """One display table: a title, the table (strings) and notes printed under it."""
+    """One display table: a title, a subtitle saying what the table is made of (lra.table.scope), the
+    table (strings) and notes printed under it."""
     title: str
     table: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    subtitle: str = ""
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -38,11 +40,15 @@ def render(sections: Sequence[Section], fmt: str = "markdown") -> str:
     for section in sections:
         if fmt == "markdown":
             chunks.append(f"## {section.title}\n")
+            if section.subtitle:
+                chunks.append(f"{section.subtitle}\n")
             if not section.table.empty:
                 chunks.append(section.table.to_markdown(index=False, tablefmt="pipe", disable_numparse=True) + "\n")
             chunks.extend(f"- {note}" for note in section.notes)
         else:
             chunks.append(f"% {section.title}")
+            if section.subtitle:
+                chunks.append(f"% {section.subtitle}")
             if not section.table.empty:
                 chunks.append(to_latex(section.table))
             chunks.extend(f"% {note}" for note in section.notes)

@@ -28,7 +28,7 @@ BASE = ["train", "--task", "listops", "--attention", "softmax", "--preset", "smo
      "option 'nb_features': expected an integer, got 'lots'"),
     ([*BASE, "model.dimm=8"], "unknown config key 'model.dimm'; did you mean 'model.dim'?"),
     ([*BASE, "model.dim"], "not of the form key=value"),
-    ([*BASE, "--preset", "huge"], "task 'listops' has no preset 'huge'; available: paper, smoke"),
+    ([*BASE, "--preset", "huge"], "task 'listops' has no preset 'huge'; available: paper, cpu, smoke"),
     (["train", "--task", "pathfinder32", "--attention", "softmax", "--preset", "smoke", "--seq-len", "4096"],
      "seq_len must be 1024 (got 4096); pathfinder64 has 4096 pixels"),
     (["train", "--task", "listops", "--attention", "bigbird", "--preset", "smoke", "--seq-len", "64"],

@@ -44,16 +44,18 @@ def test_paper_numbers_follow_the_published_setting():
 
 
 def test_preset_numbers_are_documented():
-    """Every number in a paper section carries a source comment on its line."""
+    """Every number in a paper section carries a source comment on its line; every number in a cpu
+    section (the README's main job) says why, tagged [ours]."""
     for path in PRESET_DIR.glob("*.yaml"):
-        in_paper = False
+        section = None
         for line in path.read_text().splitlines():
             if not line.startswith(" ") and line.strip():
-                in_paper = line.startswith("paper:")
+                section = line.split(":")[0]
                 continue
             body = line.split("#")[0]
-            if in_paper and ":" in body and body.split(":", 1)[1].strip() not in ("", "{}"):
-                assert "#" in line or line.strip().startswith("#"), f"{path.name}: undocumented {line!r}"
+            if section in ("paper", "cpu") and ":" in body and body.split(":", 1)[1].strip() not in ("", "{}"):
+                assert "#" in line, f"{path.name}: undocumented {line!r}"
+                assert section != "cpu" or "# [ours] " in line, f"{path.name}: {line!r} says not why"
 
 
 def test_overrides_are_typed():
@@ -108,7 +110,7 @@ def test_onecycle_rejects_a_degenerate_cycle(overrides, message):
 
 
 def test_unknown_preset_attention_and_task():
-    with pytest.raises(ValueError, match="has no preset 'fast'; available: paper, smoke"):
+    with pytest.raises(ValueError, match="has no preset 'fast'; available: paper, cpu, smoke"):
         resolve("listops", "softmax", preset="fast")
     with pytest.raises(ValueError, match="unknown attention 'flashy'"):
         resolve("listops", "flashy")

@@ -223,4 +223,35 @@ def test_speedup_plot_leaves_out_runs_that_shared_a_gpu(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "skipped accuracy_vs_speedup: no completed runs with a speed-up over softmax" in err
     assert "skipped accuracy_vs_throughput: no completed run records with test accuracy and training throughput " \
-           "measured alone on a GPU" in err
+           "measured alone on their device" in err
+
+
+def test_figures_say_what_their_runs_are_and_draw_no_interpreter_speed(tmp_path, monkeypatch):
+    """CPU runs of a small preset: every figure names preset, device and the interpreter under its
+    panels; the speed figures leave the runs through the interpreter out."""
+    from matplotlib.text import Text
+
+    root = tmp_path / "runs"
+    for attention, speed in (("softmax", 1000.0), ("flash", 40.0), ("performer", 1500.0)):
+        curve = [{"step": 50 * k, "wall_s": 5.0 * k, "val_acc": 0.1 * k} for k in range(1, 4)]
+        write_record(root / "listops" / attention / "smoke-s0" / "result.json", dict(
+            run_id="smoke-s0", task="listops", attention=attention, seq_len=32, seed=0, preset="smoke",
+            status="completed", best_val_acc=0.3, test_acc=0.3, val_acc_curve=curve, train_tokens_per_s=speed,
+            step_time_ms=100.0, device="cpu (x86_64)", sharing={"runs_per_gpu": 1}))
+    drawn = {}
+    save = plot.save
+
+    def keep_texts(fig, out_dir, name):
+        drawn[name] = [t.get_text() for t in fig.findobj(Text)]
+        return save(fig, out_dir, name)
+
+    monkeypatch.setattr(plot, "save", keep_texts)
+    assert run_cli("accuracy", "curves", "speedup", "val_curves", "--out", tmp_path / "figs", "--runs", root) == 0
+    assert set(drawn) == {"accuracy_vs_throughput", "curves_listops", "accuracy_vs_speedup", "val_curves_listops"}
+    for name, texts in drawn.items():
+        caption = next(t for t in texts if t.startswith("Runs:")).replace("\n", " ")
+        assert caption.startswith("Runs: preset smoke; device cpu (x86_64); Triton kernels (FlashAttention) "
+                                  "through Triton's CPU interpreter"), name
+        speed = name in ("accuracy_vs_throughput", "accuracy_vs_speedup")
+        assert ("FlashAttention" in texts) != speed, name  # the legend entry
+        assert caption.endswith("Runs through the interpreter are not drawn.") == speed, name

@@ -340,3 +340,27 @@ def test_a_record_with_a_non_numeric_result_is_reported_and_skipped(runs, capsys
     assert "skipping corrupt run record" in err and "listops/linformer/paper-n1024-s0/result.json" in err
     assert "'test_acc' is '0.37', expected a number or null" in err
     assert "linformer" not in set(pd.read_csv(io.StringIO(out))["attention"])
+
+
+def test_papers_numbers_only_beside_runs_in_the_papers_setting(tmp_path, published):
+    """CPU runs of a small preset get no papers' rows, no Δ and no speed-up from the interpreter."""
+    from lra.records import load_records
+
+    for attention, tokens in (("softmax", 1000.0), ("flash", 40.0), ("performer", 1500.0)):
+        record(tmp_path, "listops", attention, 0, acc=0.4, seq_len=32, tokens=tokens, preset="smoke",
+               device="cpu (x86_64)", run_id="smoke-s0")
+    records = load_records(tmp_path)
+    summary = table.accuracy_summary(records, published)
+    assert not summary["paper_compared"].any()
+    assert summary["delta_fa"].isna().all() and summary["published_fa"].isna().all()
+    assert set(summary[summary["task"] == "speedup"]["attention"]) == {"softmax", "performer"}
+    section = table.accuracy_sections(summary, published, records)[0]
+    assert list(section.table["Numbers"]) == ["ours"] * 3
+    assert section.table.set_index("Attention").loc["FlashAttention", "Speedup"] == "–"
+    assert section.subtitle.startswith("Runs: preset smoke; device cpu (x86_64)")
+    efficiency = table.efficiency_summary(records)
+    assert efficiency.set_index("attention").loc["flash", "status"] == "interpreted"
+    section = table.efficiency_sections(efficiency, records=records)[0]
+    flash = section.table[section.table["Attention"] == "FlashAttention"].iloc[0]
+    assert (flash["Metric"], flash["32"]) == ("status", "interpreter")
+    assert section.subtitle.startswith("Runs: preset smoke")

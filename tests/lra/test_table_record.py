@@ -278,3 +278,68 @@ def test_folders_of_committed_records_are_read(tmp_path, capsys):
     assert frame[frame["task"] == "listops"]["n"].iloc[0] == 2 and "result_torn.json" in captured.err
     assert run_cli("--runs-dir", committed / "result_flash_paper-s1.json", "--format", "csv") == 0  # one file
     assert pd.read_csv(io.StringIO(capsys.readouterr().out))["n"].max() == 1
+
+
+CPU = "cpu (x86_64)"
+
+
+def smoke(root, attention, acc, *, tokens=1000.0, step_ms=100.0, seed=0):
+    """A CPU run of a small preset, as the README's main job writes it."""
+    return write(root, "listops", attention, seed, acc, preset="smoke", seq_len=32, device=CPU, tokens=tokens,
+                 step_ms=step_ms, steps=400, cfg=config(batch=16, max_steps=400), run_id=f"smoke-s{seed}")
+
+
+def test_a_table_without_paper_runs_has_no_paper_columns(tmp_path, published):
+    smoke(tmp_path, "softmax", 0.42)
+    smoke(tmp_path, "flash", 0.41)
+    records = table.load_run_records(tmp_path)
+    summary = table.record_summary(records, published)
+    assert list(summary["task"]) == ["listops", "listops"]  # no rows for the paper's tasks not run here
+    assert summary["published"].isna().all() and summary["delta"].isna().all()
+    assert not summary["paper_compared"].any()
+    section = table.record_sections(summary, published, records)[0]
+    assert "Paper (%)" not in section.table.columns and "Δ" not in section.table.columns
+    assert any(note.startswith("No paper columns") for note in section.notes)
+    assert not any("Tri Dao" in note for note in section.notes)
+
+
+def test_runs_of_the_paper_preset_on_a_gpu_keep_the_paper_columns(tmp_path, published):
+    write(tmp_path, "listops", "flash", 0, 0.37)
+    smoke(tmp_path, "flash", 0.41)
+    records = table.load_run_records(tmp_path)
+    summary = table.record_summary(records, published)
+    section = table.record_sections(summary, published, records)[0]
+    shown = section.table[section.table["Task"].str.startswith("ListOps")].set_index("Task")
+    assert shown.loc["ListOps (2000)", "Paper (%)"] == "37.6" and shown.loc["ListOps (2000)", "Δ"] == "-0.6"
+    assert shown.loc["ListOps (32)", "Paper (%)"] == "–" and shown.loc["ListOps (32)", "Δ"] == "–"
+    assert "text" in set(summary["task"])  # the paper's tasks appear beside runs compared with it
+
+
+def test_the_header_names_preset_device_and_the_interpreter(tmp_path, published):
+    smoke(tmp_path, "softmax", 0.42)
+    smoke(tmp_path, "flash", 0.41)
+    records = table.load_run_records(tmp_path)
+    text = table.render(table.record_sections(table.record_summary(records, published), published, records))
+    header = text.split("\n\n")[1]
+    assert header.startswith("Runs: preset smoke; device cpu (x86_64); ")
+    assert "Triton kernels (FlashAttention) through Triton's CPU interpreter" in header
+    assert "no paper numbers" in header
+    write(tmp_path / "gpu", "listops", "flash", 0, 0.37)
+    gpu = table.load_run_records(tmp_path / "gpu")
+    section = table.record_sections(table.record_summary(gpu, published), published, gpu)[0]
+    assert section.subtitle.startswith("Runs: preset paper; device NVIDIA H200; Triton kernels compiled for the GPU")
+
+
+def test_timings_through_the_interpreter_are_not_speed(tmp_path, published):
+    smoke(tmp_path, "softmax", 0.42, tokens=1000.0)
+    smoke(tmp_path, "flash", 0.41, tokens=40.0, step_ms=2500.0)
+    smoke(tmp_path, "performer", 0.38, tokens=1500.0)
+    summary = summary_of(tmp_path, published)
+    flash = row(summary, "listops", "flash")
+    assert math.isnan(flash["speedup"]) and math.isnan(flash["step_ms"]) and math.isnan(flash["time_to_best_s"])
+    assert flash["speed_source"] == "interpreter: not shown" and "through the Triton interpreter" in flash["notes"]
+    assert row(summary, "listops", "performer")["speedup"] == pytest.approx(1.5)  # a CPU measurement, shown
+    shown = table.record_sections(summary, published)[0].table.set_index(["Task", "Attention"])
+    assert shown.loc[("ListOps", "FlashAttention"), "Speed vs Transformer"] == "–"
+    efficiency = table.efficiency_summary(table.load_run_records(tmp_path)).set_index("attention")
+    assert efficiency.loc["flash", "status"] == "interpreted" and efficiency.loc["performer", "status"] == "ok"
