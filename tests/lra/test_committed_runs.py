@@ -1,22 +1,18 @@
 """Run records committed under results/ (run folders holding only result.json and train.log, no
-checkpoints) are read by `lra table --runs` and `lra plot --runs` like a live runs/ tree."""
-import argparse
+checkpoints) are read by `lra table --runs-dir` and `lra plot --runs-dir` like a live runs/ tree."""
 import io
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from lra.commands import plot as plot_command
-from lra.commands import table as table_command
+from lra.cli import build_parser
 
 COMMITTED = Path(__file__).resolve().parents[2] / "results" / "lra" / "runs"
 
 
-def run_cli(module, *argv):
-    parser = argparse.ArgumentParser(prog="lra")
-    module.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args([*map(str, argv)])
+def run_cli(*argv):
+    args = build_parser().parse_args([*map(str, argv)])
     return args.func(args)
 
 
@@ -32,7 +28,7 @@ def test_committed_run_folders_hold_a_record_and_its_log_only():
 
 
 def test_lra_table_reads_the_committed_runs(capsys):
-    assert run_cli(table_command, "table", "--runs", COMMITTED, "--format", "csv") == 0
+    assert run_cli("table", "--runs-dir", COMMITTED, "--format", "csv") == 0
     captured = capsys.readouterr()
     assert "warning" not in captured.err
     frame = pd.read_csv(io.StringIO(captured.out))
@@ -44,7 +40,7 @@ def test_lra_table_reads_the_committed_runs(capsys):
 
 def test_lra_plot_reads_the_committed_runs(tmp_path, capsys):
     out = tmp_path / "plots"
-    assert run_cli(plot_command, "plot", "curves", "val_curves", "--runs", COMMITTED, "--out", out) == 0
+    assert run_cli("plot", "curves", "val_curves", "--runs-dir", COMMITTED, "--out", out) == 0
     tasks = {json.loads(p.read_text())["task"] for p in committed_records()}
     for task in tasks:
         for name in (f"curves_{task}", f"val_curves_{task}"):
