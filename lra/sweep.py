@@ -249,23 +249,6 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def latest_progress(log_path: Path) -> str | None:
-    """The last validation line (`step S/T  val_acc ...`, lra.callbacks.TrainingStats) that a run
-    has written to its train.log, or None before its first validation."""
-    try:
-        with open(log_path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 16384))
-            tail = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    for line in reversed(tail.splitlines()):
-        line = line.strip()
-        if line.startswith("step ") and "val_acc" in line:
-            return line
-    return None
-
-
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 try:  # resolved here, not in the forked child (no dynamic loading between fork and exec)
     import ctypes

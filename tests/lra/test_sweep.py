@@ -307,15 +307,15 @@ def test_a_sweep_without_a_terminal_reports_runs_as_they_start_and_train(tmp_pat
     assert out.index("[start]") < out.index("[running]") < out.index("[1/1]")
 
 
-def test_latest_progress_reads_the_last_validation_line(tmp_path):
-    from lra.sweep import latest_progress
+def test_read_progress_reads_the_last_validation_line(tmp_path):
+    from lra.run_progress import read_progress
 
     log = tmp_path / "train.log"
-    assert latest_progress(log) is None                                      # no log yet
+    assert read_progress(log) is None                                        # no log yet
     log.write_text("training ...\n")
-    assert latest_progress(log) is None                                      # no validation yet
+    assert read_progress(log) is None                                        # no step yet
     log.write_text("step 2/9  val_acc 0.1\nnoise\n" + "x" * 20000 + "\nstep 4/9  val_acc 0.3  best 0.3\nEpoch 1\n")
-    assert latest_progress(log) == "step 4/9  val_acc 0.3  best 0.3"
+    assert read_progress(log).long() == "step 4/9  val_acc 0.3000"
 
 
 def test_runs_per_gpu_shares_each_gpu_by_k_runs_and_says_so(tmp_path):
