@@ -42,6 +42,7 @@ ATTENTION_ROWS: dict[str, str] = {
 ATTENTION_LABELS: dict[str, str] = {
     "softmax": "Transformer",
     "sdpa": "Transformer (SDPA)",
+    "sdpa_flash": "Transformer (SDPA, FlashAttention-2)",
     "flash": "FlashAttention",
     "flash_sparse": "Block-sparse FlashAttention",
     "performer": "Performer",
@@ -49,7 +50,7 @@ ATTENTION_LABELS: dict[str, str] = {
     "bigbird": "BigBird",
 }
 # Display order of attentions (others follow alphabetically).
-ATTENTION_ORDER: tuple[str, ...] = ("softmax", "sdpa", "flash", "flash_sparse", "performer", "linformer", "bigbird")
+ATTENTION_ORDER: tuple[str, ...] = ("softmax", "sdpa", "sdpa_flash", "flash", "flash_sparse", "performer", "linformer", "bigbird")
 
 _SPECIAL_COLUMNS = {"Avg": "avg", "Speedup": "speedup"}
 _FAIL = {"fail", "failed", "✗", "x"}

@@ -18,9 +18,15 @@ REGIMES = {"paper": 256 * K, "small": 32 * K}
 MODES = ("eager", "compiled")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PROFILE_STEPS = 3
+MODELS = ("lra", "user")
+USER_ATTENTIONS = ("flash", "sdpa", "sdpa_flash", "softmax")  # lra.bench.user_model (kept light here)
 
 
 def add_arguments(parser: Parser) -> None:
+    parser.add_argument("--model", choices=MODELS, default="lra",
+                        help="lra: the project's LRA model (default); user: a user's own plain-torch.nn model calling "
+                             "the attention function on strided q/k/v views (attentions " + ", ".join(USER_ATTENTIONS)
+                             + "), to measure drop-in use")
     parser.add_argument("--attentions", nargs="+", metavar="NAME",
                         help="attentions to measure (default: every registered one)")
     parser.add_argument("--seq-lens", nargs="+", type=seq_len, metavar="N",

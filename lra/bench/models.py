@@ -77,6 +77,7 @@ class Cell:
     regime: str
     tokens: int          # requested tokens per batch
     compile: bool
+    model: str = "lra"   # "lra": the project's model; "user": lra.bench.user_model (one model per file)
 
     @property
     def batch_size(self) -> int:
@@ -123,6 +124,7 @@ def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dic
     else:
         regimes = {name: REGIMES[name] for name in args.regimes}
     modes = args.modes or (list(MODES) if device_type == "cuda" else ["eager"])
+    model = getattr(args, "model", "lra")
     if args.steps < 1 or args.warmup < 0:
         raise ValueError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}")
     cells = []
@@ -135,11 +137,11 @@ def plan(args, registered: list[str], device_type: str) -> tuple[list[Cell], dic
                         raise ValueError(f"sequence length {n} does not divide the {tokens} tokens per batch of "
                                          f"regime {regime}: the batches would not hold the same tokens at every "
                                          "length (use lengths that divide it, or exceed it: then batch = 1)")
-                    cells.append(Cell(attention, n, regime, tokens, mode == "compiled"))
+                    cells.append(Cell(attention, n, regime, tokens, mode == "compiled", model))
     options = {name: dict(DEFAULT_OPTIONS.get(device_type, {}).get(name, {})) for name in attentions}
     for name, values in parse_options(args.options, attentions).items():
         options[name].update(values)
-    settings = {"attentions": attentions, "seq_lens": seq_lens, "long_seq_lens": long_lens,
+    settings = {"model": model, "attentions": attentions, "seq_lens": seq_lens, "long_seq_lens": long_lens,
                 "long_attentions": list(LONG_ATTENTIONS), "regimes": regimes, "modes": modes,
                 "steps": args.steps, "warmup": args.warmup, "grad_clip": args.grad_clip,
                 "options": {k: v for k, v in options.items() if v}, "seed": args.seed,
@@ -266,9 +268,15 @@ class Workload:
         cuda = device.type == "cuda"
         batch = cell.batch_size
         try:
-            model = build_model(paper_model_config(attention_dropout),
-                                DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES, max_len=cell.seq_len),
-                                attention=cell.attention, attention_options=options, seed=seed)
+            if cell.model == "user":
+                from lra.bench.user_model import UserModel
+
+                model = UserModel(cell.attention, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES, max_len=cell.seq_len,
+                                  attention_dropout=attention_dropout, options=options)
+            else:
+                model = build_model(paper_model_config(attention_dropout),
+                                    DataSpec(vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES, max_len=cell.seq_len),
+                                    attention=cell.attention, attention_options=options, seed=seed)
         except ValueError as err:  # the registry refuses this length / option combination
             raise Unsupported(str(err)) from None
         model = model.to(device)
@@ -367,7 +375,7 @@ def _prime_gpu_libraries(cell: Cell, *, device, options: dict, grad_clip: float,
 
     _free_memory(device)
     before = torch.cuda.memory_allocated(device)
-    tiny = Cell(cell.attention, cell.seq_len, cell.regime, cell.seq_len, compile=False)
+    tiny = dataclasses.replace(cell, tokens=cell.seq_len, compile=False)
     try:
         Workload(tiny, device=device, options=options, grad_clip=grad_clip, seed=seed,
                  attention_dropout=attention_dropout, reset_compiler=False).run(2)
@@ -471,6 +479,12 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
 def _unsupported_row(cell: Cell, device, options: dict) -> dict | None:
     """The `unsupported` row of a cell the registry says cannot run here, or None."""
     from lra import attention as registry
+
+    if cell.model == "user":
+        from lra.bench.user_model import support
+
+        ok, reason = support(cell.attention, device, options)
+        return None if ok else _row(cell, "unsupported", reason)
 
     ok, reason = registry.can_run(cell.attention, device, options)
     if not ok:
@@ -582,6 +596,14 @@ def write_csv(path: Path, rows: list[dict], compile_mode: str = "default") -> pd
     return frame
 
 
+def _model_text(meta: dict) -> str:
+    dropout = meta["settings"].get("attention_dropout", 0.1)
+    if meta["settings"].get("model") == "user":
+        return f"{meta['model']['description']}, dropout 0.1, attention dropout {dropout}"
+    return (f"`paper` size (dim 64, MLP 128, 2 heads × 32, 2 layers, dropout 0.1, attention dropout {dropout}; "
+            "packed QKV path, our LayerNorm kernel)")
+
+
 def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
     from lra import table
 
@@ -595,9 +617,7 @@ def markdown_report(frame: pd.DataFrame, meta: dict, csv_path: Path) -> str:
         f"CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}",
         f"- Date: {meta.get('date')}; git revision: {meta.get('git_rev')}",
         f"- Command: `{meta.get('command')}`",
-        "- Model: `paper` size (dim 64, MLP 128, 2 heads × 32, 2 layers, dropout 0.1, attention dropout "
-        f"{meta['settings'].get('attention_dropout', 0.1)}), bf16 autocast on GPU, "
-        "fused AdamW on CUDA; one step = forward + backward + clip + optimizer step; median over "
+        f"- Model: {_model_text(meta)}, bf16 autocast on GPU, fused AdamW on CUDA; one step = forward + backward + clip + optimizer step; median over "
         f"{meta['settings']['steps']} timed steps after {meta['settings']['warmup']} warm-up steps.",
         "- Same tokens per batch at every length (batch = tokens ÷ N): "
         + ", ".join(f"{k} = {v:,}" for k, v in meta["settings"]["regimes"].items()) + ".",
@@ -631,13 +651,23 @@ def run(args) -> int:
         raise ValueError("--device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
     if device.type not in ("cuda", "cpu"):
         raise ValueError(f"--device {args.device!r}: use cuda or cpu")
-    cells, settings = plan(args, list(registry.available()), device.type)
-    for name, values in settings["options"].items():
-        registry.resolve_options(name, **values)  # bad option -> one clear ValueError before any work
+    user = args.model == "user"
+    if user:
+        from lra.bench import user_model
+
+    cells, settings = plan(args, list(user_model.USER_ATTENTIONS if user else registry.available()), device.type)
+    for name, values in settings["options"].items():  # bad option -> one clear ValueError before any work
+        if user:
+            ok, reason = user_model.support(name, device, values)
+            if not ok:
+                raise ValueError(f"--options {name}: {reason}")
+        else:
+            registry.resolve_options(name, **values)
     csv_path, md_path, meta_path = _paths(args.out)
 
     meta = provenance.collect()
-    meta.update(benchmark="lra bench models", settings=settings, model=dataclasses.asdict(paper_model_config(args.attention_dropout)),
+    meta.update(benchmark="lra bench models", settings=settings, model=({"name": "user", "description": user_model.DESCRIPTION} if user
+                       else dataclasses.asdict(paper_model_config(args.attention_dropout))),
                 input={"vocab_size": VOCAB_SIZE, "num_classes": NUM_CLASSES, "padding": False},
                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if device.type == "cuda" else None,
                 bench_device=str(device))

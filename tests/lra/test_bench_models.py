@@ -363,3 +363,56 @@ def test_interleave_option_errors():
         models.plan(parse("--interleave", "--profile", "p"), REGISTERED, "cpu")
     with pytest.raises(ValueError, match="--rounds must be between 1 and --steps"):
         models.plan(parse("--interleave", "--steps", "3", "--rounds", "4"), REGISTERED, "cpu")
+
+
+def test_user_model_plan_and_errors():
+    cells, settings = models.plan(parse("--model", "user", "--attentions", "flash", "sdpa", "sdpa_flash"),
+                                  list(model_options.USER_ATTENTIONS), "cuda")
+    assert settings["model"] == "user" and {c.model for c in cells} == {"user"}
+    assert settings["options"] == {"sdpa": {"backend": "cudnn"}}
+    with pytest.raises(ValueError, match="unknown attention 'performer'"):
+        models.plan(parse("--model", "user", "--attentions", "performer"), list(model_options.USER_ATTENTIONS), "cpu")
+    with pytest.raises(SystemExit):
+        parse("--model", "mine")
+
+
+def test_user_model_calls_the_attention_on_strided_views_and_matches_the_reference():
+    from lra.bench import user_model
+
+    seen = []
+
+    def spy(q, k, v, training):
+        seen.append((q.is_contiguous(), q.stride(), q.shape))
+        return user_model.attention_function("softmax", 0.0)(q, k, v, training)
+
+    block = user_model.UserBlock(spy, dropout=0.0)
+    block(torch.randn(2, 8, user_model.WIDTH))
+    contiguous, stride, shape = seen[0]
+    assert not contiguous and shape == (2, user_model.HEADS, 8, user_model.HEAD_DIM)
+    assert stride[2] == 3 * user_model.HEADS * user_model.HEAD_DIM  # a view of the fused projection
+    tokens = torch.randint(0, 16, (2, 16))
+    logits = {}
+    for name in ("softmax", "flash", "sdpa"):
+        torch.manual_seed(0)
+        model = user_model.UserModel(name, vocab_size=16, num_classes=3, max_len=16, attention_dropout=0.0,
+                                     dropout=0.0).eval()
+        logits[name] = model(tokens)
+    torch.testing.assert_close(logits["flash"], logits["softmax"], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits["sdpa"], logits["softmax"], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="no attention 'performer'"):
+        user_model.attention_function("performer", 0.0)
+    assert user_model.support("flash", torch.device("cpu"), {"backend": "x"})[0] is False
+
+
+def test_user_model_tiny_cpu_run(tmp_path, one_thread):
+    out = tmp_path / "user.csv"
+    assert models.run(parse(*TINY, "--model", "user", "--attentions", "softmax", "flash", "sdpa", "--device", "cpu",
+                            "--attention-dropout", "0", "--out", out)) == 0
+    frame = pd.read_csv(out)
+    assert (frame["status"] == "ok").all() and len(frame) == 6
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["model"]["name"] == "user" and meta["settings"]["model"] == "user"
+    assert "the user's own model" in out.with_suffix(".md").read_text()
+    with pytest.raises(ValueError, match="--options sdpa"):
+        models.run(parse(*TINY, "--model", "user", "--attentions", "sdpa", "--device", "cpu",
+                         "--options", "sdpa.window=3", "--out", tmp_path / "bad.csv"))
