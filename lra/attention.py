@@ -5,7 +5,8 @@
     describe(name)         -> one-line description;   option_help(name) -> {option: help}
     presets(name)          -> {preset: {option: value}} (e.g. the LRA-faithful settings)
     can_run(name, device, options=None) -> (bool, reason)
-    kernel_limit_problem(name, options, dtype=None) -> why our kernels refuse these settings, or None
+    kernel_limit_problem(name, options, dtype=None, batch_size=None, sequences_per_example=1)
+                           -> why our kernels refuse these settings, or None
     max_supported_len(name, options) / min_supported_len(name, options) -> int | None
 
 Options come in two kinds (docs/interfaces.md):
@@ -467,11 +468,14 @@ def can_run(name: str, device: str | torch.device = "cpu", options: dict[str, An
     return False, f"Triton kernels run on CUDA (or CPU through the interpreter), not on {device_type}"
 
 
-def kernel_limit_problem(name: str, options: dict[str, Any] | None = None, dtype: torch.dtype | None = None) -> str | None:
-    """Why our Triton kernels would refuse `name` built with `options` (context option head_dim,
-    flash_sparse's block_size) on inputs of `dtype`, or None: the limits `kernels.validation` and
-    `kernels.block_sparse` enforce at the first call, checked before a run starts. None too for an
-    attention without our kernels, and when the kernels cannot be imported (`can_run` says why)."""
+def kernel_limit_problem(name: str, options: dict[str, Any] | None = None, dtype: torch.dtype | None = None,
+                         batch_size: int | None = None, sequences_per_example: int = 1) -> str | None:
+    """Why our Triton kernels would refuse `name` built with `options` (context options head_dim and
+    num_heads, flash_sparse's block_size) on inputs of `dtype` in batches of `batch_size` examples of
+    `sequences_per_example` sequences each (two for a dual encoder), or None: the limits
+    `kernels.validation` and `kernels.block_sparse` enforce at the first call, checked before a run
+    starts. None too for an attention without our kernels, and when the kernels cannot be imported
+    (`can_run` says why)."""
     entry = _entry(name)
     ctx, opts = _split(name, dict(options or {}))
     if not entry.uses_kernels:
@@ -479,7 +483,7 @@ def kernel_limit_problem(name: str, options: dict[str, Any] | None = None, dtype
     try:
         import_kernels()
         from kernels.block_sparse import SUPPORTED_BLOCK_SIZES
-        from kernels.validation import MAX_HEAD_DIM, SUPPORTED_DTYPES
+        from kernels.validation import MAX_BATCH_HEADS, MAX_HEAD_DIM, SUPPORTED_DTYPES
     except ImportError:
         return None
     if ctx.head_dim is not None and not 1 <= ctx.head_dim <= MAX_HEAD_DIM:
@@ -491,6 +495,19 @@ def kernel_limit_problem(name: str, options: dict[str, Any] | None = None, dtype
     if name == "flash_sparse" and opts.block_size not in SUPPORTED_BLOCK_SIZES:
         return (f"block_size {opts.block_size} (attention.block_size) is not supported: the block-sparse kernel "
                 f"takes one of {', '.join(map(str, SUPPORTED_BLOCK_SIZES))}")
+    if batch_size is not None and ctx.num_heads is not None:
+        per_example = ctx.num_heads * sequences_per_example
+        if batch_size * per_example > MAX_BATCH_HEADS:
+            most = MAX_BATCH_HEADS // per_example
+            documents = f" x {sequences_per_example} sequences per example" if sequences_per_example > 1 else ""
+            split = next((k for k in range(2, batch_size + 1) if batch_size % k == 0 and batch_size // k <= most), None)
+            example = (f", e.g. train.batch_size={batch_size // split} and train.accumulate_grad_batches {split} times "
+                       f"as large" if split else "")
+            fix = (f"use train.batch_size={most} or less, with gradient accumulation (train.accumulate_grad_batches) "
+                   f"for the same effective batch{example}" if most else "use fewer heads")
+            return (f"batch size {batch_size} (train.batch_size) x {ctx.num_heads} heads (model.num_heads){documents} "
+                    f"= {batch_size * per_example:,} (batch, head) pairs, more than the {MAX_BATCH_HEADS:,} the kernels "
+                    f"take in one call (CUDA's launch grid); {fix}")
     return None
 
 

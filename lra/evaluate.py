@@ -18,6 +18,7 @@ a GPU. Any other change (an approximation, a sparsity pattern) would evaluate a 
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -83,15 +84,22 @@ def load_weights(module: torch.nn.Module, checkpoint: Path) -> int:
     return int(raw.get("global_step", -1))
 
 
-def evaluate(target: str | Path, *, which: str = "best", split: str = "test", attention: str | None = None,
-             data_dir: str | None = None, limit: int | None = None, batch_size: int | None = None,
-             devices: str | None = None, compile: bool | None = None, progress_bar: bool | None = None) -> dict:
-    """Evaluate one checkpoint; returns a dict: run, checkpoint, step, split, examples, accuracy, loss,
-    task, attention (the one evaluated), trained_attention, seq_len, precision, device, versions,
-    git_rev, date, config_overrides."""
-    from lra import provenance
-    from lra.train import _progress_bar_wanted, _quiet_known_noise, prepare, resolve_runtime
+@dataclass
+class Evaluation:
+    """One evaluation, resolved and checked before anything is loaded (`plan_evaluation`)."""
 
+    run_dir: Path
+    checkpoint: Path
+    config: RunConfig            # the run's config.yaml with the evaluation's changes
+    split: str
+    trained_attention: str
+    overrides: dict              # the changes asked for: attention, data_dir, limit, batch_size
+
+
+def plan_evaluation(target: str | Path, *, which: str = "best", split: str = "test", attention: str | None = None,
+                    data_dir: str | None = None, limit: int | None = None, batch_size: int | None = None,
+                    devices: str | None = None, compile: bool | None = None) -> Evaluation:
+    """The checkpoint and the config an evaluation uses; ValueError / FileNotFoundError for bad input."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: use one of {', '.join(SPLITS)}")
     if which not in ("best", "last"):
@@ -100,7 +108,6 @@ def evaluate(target: str | Path, *, which: str = "best", split: str = "test", at
         raise ValueError(f"--limit {limit}: give a positive number of examples")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"--batch-size {batch_size}: give a positive number")
-    _quiet_known_noise()
     run_dir, checkpoint = locate(target, which)
     config = run_config(run_dir)
     trained_attention = config.attention
@@ -120,10 +127,32 @@ def evaluate(target: str | Path, *, which: str = "best", split: str = "test", at
         config.train.compile = compile
     config.train.devices = devices or "1"
     config.train.init_from = None
+    overrides = {k: v for k, v in {"attention": attention, "data_dir": data_dir, "limit": limit,
+                                   "batch_size": batch_size}.items() if v is not None}
+    return Evaluation(run_dir, checkpoint, config, split, trained_attention, overrides)
 
+
+def evaluate(target: str | Path, *, which: str = "best", split: str = "test", attention: str | None = None,
+             data_dir: str | None = None, limit: int | None = None, batch_size: int | None = None,
+             devices: str | None = None, compile: bool | None = None, progress_bar: bool | None = None) -> dict:
+    """Evaluate one checkpoint; returns a dict: run, checkpoint, step, split, examples, accuracy, loss,
+    task, attention (the one evaluated), trained_attention, seq_len, precision, device, versions,
+    git_rev, date, config_overrides."""
+    planned = plan_evaluation(target, which=which, split=split, attention=attention, data_dir=data_dir, limit=limit,
+                              batch_size=batch_size, devices=devices, compile=compile)
+    return run_evaluation(planned, progress_bar=progress_bar)
+
+
+def run_evaluation(planned: Evaluation, *, progress_bar: bool | None = None) -> dict:
+    """Load the data, the model and the checkpoint's weights of `planned` and evaluate (`evaluate`)."""
+    from lra import provenance
+    from lra.train import _progress_bar_wanted, _quiet_known_noise, prepare, resolve_runtime
+
+    _quiet_known_noise()
+    config, split = planned.config, planned.split
     runtime = resolve_runtime(config)
     dm, module, spec = prepare(config, runtime)
-    step = load_weights(module, checkpoint)
+    step = load_weights(module, planned.checkpoint)
 
     import pytorch_lightning as pl
 
@@ -138,12 +167,11 @@ def evaluate(target: str | Path, *, which: str = "best", split: str = "test", at
     loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
     examples = len(loader.dataset)
     return {
-        "run": str(run_dir), "checkpoint": str(checkpoint), "step": step, "split": split,
+        "run": str(planned.run_dir), "checkpoint": str(planned.checkpoint), "step": step, "split": split,
         "examples": examples, "accuracy": float(metrics[f"{split}/acc"]), "loss": float(metrics[f"{split}/loss"]),
-        "task": config.task, "attention": config.attention, "trained_attention": trained_attention,
+        "task": config.task, "attention": config.attention, "trained_attention": planned.trained_attention,
         "seq_len": config.data.seq_len, "precision": runtime.precision, "device": provenance.device_name(),
         "versions": provenance.versions(), "git_rev": provenance.git_revision(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "config_overrides": {k: v for k, v in {"attention": attention, "data_dir": data_dir, "limit": limit,
-                                               "batch_size": batch_size}.items() if v is not None},
+        "config_overrides": planned.overrides,
     }

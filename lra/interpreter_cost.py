@@ -7,7 +7,8 @@ tokens, head_dim 16, on one core; a third of that for a forward pass alone). The
 its attention scores: tokens² per sequence, head and layer, times the sequences it trains on and
 evaluates. The estimate counts every score of dense attention (for flash_sparse an upper bound),
 so it errs on the long side: the smoke presets of ListOps and Pathfinder-32 stay far below the
-limit, Path-X (16K tokens) is hours.
+limit, Path-X (16K tokens) is hours. An evaluation (`lra eval`) is the forward passes over the
+examples of one split.
 """
 from __future__ import annotations
 
@@ -26,14 +27,18 @@ def runs_through_interpreter(config, cuda: bool) -> bool:
     return not cuda and attention._entry(config.attention).uses_kernels
 
 
-def estimate_seconds(config) -> float:
-    """Seconds of attention work the run plans through the interpreter (training steps, every
-    validation and the test pass)."""
+def _scores_per_sequence(config) -> int:
+    """Attention scores of one example through the whole model (both documents of a dual task)."""
     from tasks.registry import TASKS
 
     spec = TASKS[config.task]
     tokens = (config.data.seq_len or spec.max_len) + (1 if config.model.pooling == "cls" else 0)
-    per_sequence = tokens * tokens * config.model.num_heads * config.model.depth * (2 if spec.dual else 1)
+    return tokens * tokens * config.model.num_heads * config.model.depth * (2 if spec.dual else 1)
+
+
+def estimate_seconds(config) -> float:
+    """Seconds of attention work the run plans through the interpreter (training steps, every
+    validation and the test pass)."""
     t = config.train
     train_sequences = t.max_steps * t.batch_size * t.accumulate_grad_batches
     eval_examples = config.data.limit_eval or DEFAULT_EVAL_EXAMPLES
@@ -41,7 +46,15 @@ def estimate_seconds(config) -> float:
         eval_examples = min(eval_examples, t.limit_val_batches * t.batch_size)
     validations = math.ceil(t.max_steps / max(1, t.val_check_interval))
     eval_sequences = (validations + 1) * eval_examples          # + the test pass
-    return per_sequence * (train_sequences * SECONDS_PER_SCORE_TRAIN + eval_sequences * SECONDS_PER_SCORE_EVAL)
+    return _scores_per_sequence(config) * (train_sequences * SECONDS_PER_SCORE_TRAIN
+                                           + eval_sequences * SECONDS_PER_SCORE_EVAL)
+
+
+def estimate_eval_seconds(config) -> float:
+    """Seconds of attention work of one evaluation through the interpreter: data.limit_eval examples,
+    or DEFAULT_EVAL_EXAMPLES when it is not set (as many as ListOps' test split, the smallest of the
+    tasks' full splits)."""
+    return _scores_per_sequence(config) * (config.data.limit_eval or DEFAULT_EVAL_EXAMPLES) * SECONDS_PER_SCORE_EVAL
 
 
 def human_duration(seconds: float) -> str:
@@ -68,9 +81,27 @@ def long_run_warning(config, cuda: bool, limit_s: float = LIMIT_S) -> str | None
             f"about {human_duration(seconds)} of attention alone")
 
 
-def refusal(warnings: list[str], command: str) -> str:
-    """The message of `lra train` / `lra sweep` when runs would take long on the interpreter."""
+def long_eval_warning(config, cuda: bool, split: str, limit_s: float = LIMIT_S) -> str | None:
+    """A one-line description of an evaluation (`lra eval`) that would spend more than `limit_s` in
+    the interpreter, else None."""
+    if not runs_through_interpreter(config, cuda):
+        return None
+    seconds = estimate_eval_seconds(config)
+    if seconds <= limit_s:
+        return None
+    tokens = config.data.seq_len or "the task's"
+    if config.data.limit_eval:
+        examples, about = f"the first {config.data.limit_eval:,} examples of the {split} split", "about"
+    else:
+        examples, about = f"the {split} split, {DEFAULT_EVAL_EXAMPLES:,} examples or more", "at least"
+    return (f"{config.task}/{config.attention} (preset {config.preset}, {tokens} tokens, {examples}): its Triton "
+            f"kernels run through the CPU interpreter, {about} {human_duration(seconds)} of attention alone")
+
+
+def refusal(warnings: list[str], command: str,
+            instead: str = "--preset smoke (seconds to minutes on a CPU)") -> str:
+    """The message of `lra train` / `sweep` / `transfer` / `eval` when runs would take long on the
+    interpreter; `instead`: what the command offers in their place."""
     listed = "\n".join(f"  {line}" for line in warnings)
     return (f"{command}: no CUDA GPU here, and this would take long:\n{listed}\n"
-            "Use --preset smoke (seconds to minutes on a CPU), run on a machine with a CUDA GPU, or pass "
-            "--yes to start anyway.")
+            f"Use {instead}, run on a machine with a CUDA GPU, or pass --yes to start anyway.")

@@ -1,42 +1,67 @@
-"""Time left in a local sweep, from the runs that finished and the step progress of those running.
+"""Time left in a local sweep, from the pace (training steps per second) of the runs it has seen.
 
-A run's duration is estimated as the mean of the finished runs' durations; before any has
-finished, from the running runs (elapsed / fraction of max_steps done). A running run has left
-its own extrapolation (elapsed x remaining / done) when it has taken steps, else the estimated
-duration minus its elapsed time. The queued runs share the slots that the running ones occupy.
+Runs of one kind (task, length and attention: the cells that differ only by seed) go at one pace;
+kinds do not: `flash` through the CPU interpreter takes minutes where `softmax` takes seconds. So
+each kind's pace comes from its own runs: those that finished (steps trained / seconds taken), or
+while none has, those running (steps done / seconds elapsed). A kind without any such run is given
+the mean pace of the kinds with a finished run (each kind counting once), or while no run has
+finished, of the kinds with a running one. A running run's pace, taken early, is low: its elapsed
+time includes the start of its process.
+
+A running run has left its remaining steps at its own pace once it has taken a step, before that
+its kind's estimated duration minus its elapsed time; a queued run takes its kind's estimated
+duration. The queued runs share the slots that the running ones occupy.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Hashable
 
 
 @dataclass(frozen=True)
-class RunningRun:
-    elapsed_s: float
-    fraction: float | None     # of max_steps done; None before the first step
+class Run:
+    """A run as the ETA sees it: its kind, the steps it plans, and for a finished or running run the
+    seconds it has taken and the steps it has done (None before its first step)."""
+
+    kind: Hashable
+    max_steps: int
+    elapsed_s: float = 0.0
+    step: int | None = None
 
 
-def _duration_estimate(finished_s: list[float], running: list[RunningRun]) -> float | None:
-    if finished_s:
-        return sum(finished_s) / len(finished_s)
-    guesses = [r.elapsed_s / r.fraction for r in running if r.fraction]
-    return sum(guesses) / len(guesses) if guesses else None
+def _paces(runs: list[Run]) -> dict[Hashable, float]:
+    """Steps per second of each kind among `runs` that have taken a step."""
+    steps: dict[Hashable, float] = {}
+    seconds: dict[Hashable, float] = {}
+    for run in runs:
+        if run.step and run.elapsed_s > 0:
+            steps[run.kind] = steps.get(run.kind, 0) + run.step
+            seconds[run.kind] = seconds.get(run.kind, 0.0) + run.elapsed_s
+    return {kind: steps[kind] / seconds[kind] for kind in steps}
 
 
-def seconds_left(finished_s: list[float], running: list[RunningRun], queued: int, slots: int) -> float | None:
-    """Estimated seconds until the sweep ends; None while nothing tells (no run finished, none has
-    taken a step)."""
-    duration = _duration_estimate(finished_s, running)
-    if duration is None:
+def seconds_left(finished: list[Run], running: list[Run], queued: list[Run], slots: int) -> float | None:
+    """Estimated seconds until the sweep ends; None while nothing tells (no run has taken a step)."""
+    if not (queued or running):
+        return 0.0
+    finished_paces, running_paces = _paces(finished), _paces(running)
+    paces = {**running_paces, **finished_paces}       # a kind's finished runs before its running ones
+    known = finished_paces or running_paces
+    if not known:
         return None
+    mean_pace = sum(known.values()) / len(known)      # for kinds without a run that has taken a step
+
+    def duration(run: Run) -> float:
+        return run.max_steps / paces.get(run.kind, mean_pace)
+
     left = []
     for run in running:
-        if run.fraction:
-            left.append(run.elapsed_s * (1.0 - run.fraction) / run.fraction)
+        if run.step:
+            left.append(max(0, run.max_steps - run.step) * run.elapsed_s / run.step)
         else:
-            left.append(max(0.0, duration - run.elapsed_s))
-    work = sum(left) + queued * duration
-    return work / max(1, slots, len(running)) if (queued or running) else 0.0
+            left.append(max(0.0, duration(run) - run.elapsed_s))
+    left += [duration(run) for run in queued]
+    return sum(left) / max(1, slots, len(running))
 
 
 def format_eta(seconds: float | None) -> str:

@@ -178,8 +178,10 @@ def validate_run(config: RunConfig, runtime: Runtime):
     from lra import attention
 
     limit = attention.kernel_limit_problem(
-        config.attention, {**config.attention_options, "head_dim": config.model.head_dim},
-        attention_dtype(runtime.precision))
+        config.attention, {**config.attention_options, "head_dim": config.model.head_dim,
+                           "num_heads": config.model.num_heads},
+        attention_dtype(runtime.precision), batch_size=config.train.batch_size,
+        sequences_per_example=2 if spec.dual else 1)
     if limit is not None:
         raise ValueError(f"attention {config.attention!r}: {limit}")
     # an attention that cannot run here with these settings (a back-end, the kernels' interpreter): before the run

@@ -274,14 +274,15 @@ def describe_plan(stages: list[PlannedStage]) -> str:
 
 def run_chain(stages: list[PlannedStage], *, progress_bar: bool | None = None, train_fn=None,
               say=_say) -> list[dict]:
-    """Prepare the data of every stage, then run the stages in order; returns their records.
+    """Prepare the data of every stage (`prepare_chain`), then run the stages in order (`train_chain`);
+    returns their records."""
+    prepare_chain(stages, say=say)
+    return train_chain(stages, progress_bar=progress_bar, train_fn=train_fn, say=say)
 
-    A completed stage is skipped, an interrupted one resumes from its last.ckpt, a failed one is
-    retried (resuming when it left a checkpoint). A stage that fails raises `lra.train.RunFailed`
-    (its record says why) and stops the chain: later stages need its weights.
-    """
-    train_fn = train_fn or train
-    by_name = {s.name: s for s in stages}
+
+def prepare_chain(stages: list[PlannedStage], *, say=_say) -> None:
+    """The data step: generate / check every stage's data, count its training split and fix the
+    stage's length from it (`fix_length`)."""
     say("data:")
     counted: dict[tuple, tuple] = {}
     for stage in stages:
@@ -294,6 +295,17 @@ def run_chain(stages: list[PlannedStage], *, progress_bar: bool | None = None, t
         fix_length(stage, examples, batches_one_device=batches)
     say("stages:\n" + describe_plan(stages))
 
+
+def train_chain(stages: list[PlannedStage], *, progress_bar: bool | None = None, train_fn=None,
+                say=_say) -> list[dict]:
+    """Run the stages in order, their lengths fixed (`prepare_chain`); returns their records.
+
+    A completed stage is skipped, an interrupted one resumes from its last.ckpt, a failed one is
+    retried (resuming when it left a checkpoint). A stage that fails raises `lra.train.RunFailed`
+    (its record says why) and stops the chain: later stages need its weights.
+    """
+    train_fn = train_fn or train
+    by_name = {s.name: s for s in stages}
     records = []
     for i, stage in enumerate(stages, 1):
         head = f"[{i}/{len(stages)}] {stage.name}: {stage.config.task}/{stage.config.attention}"

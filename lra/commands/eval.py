@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 EPILOG = """\
 examples:
@@ -11,7 +12,8 @@ examples:
   lra eval RUN --attention sdpa --limit 500 --out eval.json      # same weights, another exact attention
 
 The run is not changed; --out writes the result as JSON (atomically).
-exit status: 0 evaluated, 2 bad input (nothing was run).
+exit status: 0 evaluated, 2 bad input, or an evaluation that would take long through the CPU
+interpreter without --yes (nothing was run).
 """
 
 
@@ -37,17 +39,26 @@ def add_parser(sub) -> None:
     parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: when the terminal is interactive)")
     parser.add_argument("--out", default=None, metavar="FILE.json", help="write the result here as JSON")
+    parser.add_argument("--yes", action="store_true",
+                        help="start even when the evaluation would take long on this machine (Triton kernels "
+                             "through the CPU interpreter)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from lra.evaluate import evaluate
+    from lra.evaluate import plan_evaluation, run_evaluation
     from lra.records import atomic_write_text
     from lra.train import is_global_zero
 
-    result = evaluate(args.target, which=args.checkpoint, split=args.split, attention=args.attention,
-                      data_dir=args.data_dir, limit=args.limit, batch_size=args.batch_size, devices=args.devices,
-                      compile=args.compile, progress_bar=args.progress)
+    planned = plan_evaluation(args.target, which=args.checkpoint, split=args.split, attention=args.attention,
+                              data_dir=args.data_dir, limit=args.limit, batch_size=args.batch_size,
+                              devices=args.devices, compile=args.compile)
+    if not args.yes:
+        refusal = _long_on_this_machine(planned)
+        if refusal:
+            print(refusal, file=sys.stderr)
+            return 2
+    result = run_evaluation(planned, progress_bar=args.progress)
     if not is_global_zero():
         return 0
     print(f"{result['task']}/{result['attention']} {result['split']} accuracy {result['accuracy']:.2%} "
@@ -57,3 +68,19 @@ def run(args: argparse.Namespace) -> int:
         path = atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
         print(f"  wrote {path}")
     return 0
+
+
+def _long_on_this_machine(planned) -> str | None:
+    """The refusal of an evaluation that would take long through the Triton interpreter, else None."""
+    from lra.evaluate import INTERCHANGEABLE
+    from lra.interpreter_cost import long_eval_warning, refusal
+    from lra.train import resolve_runtime
+
+    config = planned.config
+    warning = long_eval_warning(config, resolve_runtime(config).cuda, planned.split)
+    if not warning:
+        return None
+    instead = "--limit N (the first N examples)"
+    if config.attention in INTERCHANGEABLE:
+        instead += ", --attention sdpa (the same function in plain PyTorch)"
+    return refusal([warning], "lra eval", instead)

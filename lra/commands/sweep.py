@@ -215,39 +215,42 @@ def _long_on_this_machine(plan) -> str | None:
 
 class _Running:
     """The runs in flight (label, train.log, start time), what each last reported, and the
-    durations of the finished ones (for the sweep's ETA)."""
+    steps and seconds of the finished ones (for the sweep's ETA)."""
 
-    def __init__(self, total: int = 0, slots: int = 1):
+    def __init__(self, pending: list = (), slots: int = 1):
         self.lock = threading.Lock()
         self.runs: dict = {}   # label -> (run, log path, gpu, start time)
-        self.total = total
+        self.pending = list(pending)
         self.slots = slots
-        self.finished_s: list[float] = []
+        self.ended: set[str] = set()
+        self.finished: list = []   # lra.sweep_eta.Run of the runs this sweep trained
 
     def start(self, run, log_path, gpu) -> None:
         with self.lock:
             self.runs[run.label] = (run, log_path, gpu, time.perf_counter())
 
-    def stop(self, run, seconds: float | None = None) -> None:
+    def stop(self, outcome) -> None:
         with self.lock:
-            self.runs.pop(run.label, None)
-            if seconds is not None:
-                self.finished_s.append(seconds)
+            self.runs.pop(outcome.run.label, None)
+            self.ended.add(outcome.run.label)
+            if outcome.status != "running":   # a run another process holds says nothing of this sweep's pace
+                steps = (outcome.record or {}).get("steps")
+                self.finished.append(_eta_run(outcome.run, outcome.seconds, steps if isinstance(steps, int) else None))
 
     def eta(self) -> str:
         """'ETA 12m30s' for the whole sweep (lra.sweep_eta), 'ETA ?' before anything tells."""
         from lra.run_progress import read_progress
-        from lra.sweep_eta import RunningRun, format_eta, seconds_left
+        from lra.sweep_eta import format_eta, seconds_left
 
         with self.lock:
             items = list(self.runs.values())
-            finished = list(self.finished_s)
+            finished = list(self.finished)
+            queued = [_eta_run(r) for r in self.pending if r.label not in self.ended and r.label not in self.runs]
         now = time.perf_counter()
         running = []
-        for _, log_path, _, started in items:
+        for run, log_path, _, started in items:
             progress = read_progress(log_path)
-            running.append(RunningRun(now - started, progress.fraction if progress else None))
-        queued = max(0, self.total - len(finished) - len(running))
+            running.append(_eta_run(run, now - started, progress.step if progress else None))
         return format_eta(seconds_left(finished, running, queued, self.slots))
 
     def lines(self, short: bool = False) -> list[str]:
@@ -271,6 +274,14 @@ class _Running:
         return out
 
 
+def _eta_run(run, elapsed_s: float = 0.0, step: int | None = None):
+    """A planned run as the ETA sees it: runs of one task, length and attention go at one pace."""
+    from lra.sweep_eta import Run
+
+    kind = (run.config.task, run.config.data.seq_len, run.config.attention)
+    return Run(kind, run.config.train.max_steps, elapsed_s, step)
+
+
 def _every(seconds: float, action, stop: threading.Event) -> threading.Thread:
     def loop():
         while not stop.wait(seconds):
@@ -289,7 +300,7 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
     terminal."""
     if not pending:
         return []
-    running = _Running(len(pending), parallel * getattr(spec, "runs_per_gpu", 1))
+    running = _Running(pending, parallel * getattr(spec, "runs_per_gpu", 1))
     stop = threading.Event()
     interactive = sys.stdout.isatty()
     if not interactive:
@@ -300,7 +311,7 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
             print(f"[start] {run.label}  (log: {log_path})", flush=True)
 
         def on_done(outcome):
-            running.stop(outcome.run, outcome.seconds)
+            running.stop(outcome)
             finished[0] += 1
             print(f"[{finished[0]}/{len(pending)}] {describe_outcome(outcome)}", flush=True)
 
@@ -333,7 +344,7 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
             show_running()
 
         def on_done(outcome):
-            running.stop(outcome.run, outcome.seconds)
+            running.stop(outcome)
             progress.console.print(describe_outcome(outcome))
             progress.update(bar, advance=1)
             show_running()

@@ -34,7 +34,9 @@ examples:
   lra transfer --target pathx --preset smoke        # the chain in miniature (CPU, about a minute)
   lra transfer --target pathx --preset cpu          # Path-64 -> Path-X on the real image sizes, CPU scale
 
-exit status: 0 done, 1 a stage failed or ran out of memory (its result.json says why), 2 bad input.
+exit status: 0 done, 1 a stage failed or ran out of memory (its result.json says why), 2 bad input,
+or stages that would take long through the CPU interpreter without --yes (asked before the data step,
+at one step per epoch, and again once the training splits are counted; no stage was trained).
 """
 
 
@@ -69,6 +71,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
                         help="rich progress bars (default: when the terminal is interactive)")
     parser.add_argument("--dry-run", action="store_true", help="print the stages and their state; run nothing")
+    parser.add_argument("--yes", action="store_true",
+                        help="start even when stages would take long on this machine (Triton kernels through "
+                             "the CPU interpreter)")
     parser.add_argument("--estimate-cost", action="store_true",
                         help="print the GPU-hours of the recipe from measured step times (the stages' own "
                              "records, other records under --runs-dir, or --step-ms); trains nothing")
@@ -139,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
             _count_by_preparing(stages, missing)
         print(title)
         print(transfer_chain.describe_plan(stages))
+        if args.dry_run:
+            _refused(stages, yes=False)         # shown, not enforced: nothing runs
         if args.estimate_cost:
             _print_cost(stages, step_ms, Path(args.runs_dir))
         elif missing:
@@ -147,8 +154,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     print(title)
+    if _refused(stages, args.yes):          # before the data step, at one step per epoch
+        return 2
     try:
-        transfer_chain.run_chain(stages, progress_bar=args.progress)
+        transfer_chain.prepare_chain(stages)
+        if _refused(stages, args.yes):      # with the step counts of the counted training splits
+            return 2
+        transfer_chain.train_chain(stages, progress_bar=args.progress)
     except RunFailed as failure:
         print(failure.traceback, file=sys.stderr)
         print(f"lra transfer: stage {failure.status}: {failure.error}\n  record: {failure.record_path}\n"
@@ -161,6 +173,42 @@ def run(args: argparse.Namespace) -> int:
     if args.table:
         _print_tables(recipe, stages, Path(args.runs_dir))
     return 0
+
+
+def _refused(stages, yes: bool) -> bool:
+    """Without --yes, print the refusal of stages that would take long through the interpreter."""
+    refusal = None if yes else _long_on_this_machine(stages)
+    if refusal:
+        print(refusal, file=sys.stderr)
+    return refusal is not None
+
+
+def _long_on_this_machine(stages) -> str | None:
+    """The refusal of a chain whose stages would take long through the Triton interpreter, else None.
+    A stage whose training split is not counted yet is taken at one step per epoch, the least it can
+    train; a counted stage that completed is left out."""
+    import dataclasses
+
+    from lra import transfer_chain
+    from lra.interpreter_cost import long_run_warning, refusal
+    from lra.train import resolve_runtime
+
+    warnings = []
+    for stage in stages:
+        counted = stage.steps_per_epoch is not None
+        if counted and stage.state() == "done":
+            continue
+        if not counted:
+            stage = dataclasses.replace(stage)
+            try:
+                transfer_chain.fix_length(stage, 1)
+            except ValueError:   # a schedule that one step per epoch cannot hold: asked once counted
+                continue
+        warning = long_run_warning(stage.config, resolve_runtime(stage.config).cuda)
+        if warning:
+            least = "" if counted else " (at least: one step per epoch; the training split is not counted yet)"
+            warnings.append(f"stage {stage.name}: {warning}{least}")
+    return refusal(warnings, "lra transfer") if warnings else None
 
 
 def _check_attentions(options) -> None:

@@ -231,6 +231,22 @@ def test_kernel_limits_are_known_before_a_kernel_runs():
     assert registry.kernel_limit_problem("softmax", {"head_dim": 256}, torch.float64) is None  # plain PyTorch
 
 
+def test_batch_times_heads_beyond_the_kernels_grid_is_known_before_a_kernel_runs():
+    from kernels.validation import MAX_BATCH_HEADS
+
+    assert registry.kernel_limit_problem("flash", {"num_heads": 8}, batch_size=MAX_BATCH_HEADS // 8) is None
+    problem = registry.kernel_limit_problem("flash", {"num_heads": 8}, batch_size=8192)
+    assert problem.startswith("batch size 8192 (train.batch_size) x 8 heads (model.num_heads) = 65,536 (batch, head) "
+                              "pairs, more than the 65,535 the kernels take in one call")
+    assert "train.batch_size=8191 or less" in problem and "gradient accumulation" in problem
+    assert "train.batch_size=4096 and train.accumulate_grad_batches 2 times as large" in problem
+    # the dual encoder (retrieval) sends both documents of each example through the kernels as one batch
+    dual = registry.kernel_limit_problem("flash_sparse", {"num_heads": 8}, batch_size=4096, sequences_per_example=2)
+    assert "x 2 sequences per example = 65,536" in dual and "train.batch_size=4095 or less" in dual
+    assert registry.kernel_limit_problem("flash_sparse", {"num_heads": 8}, batch_size=4096) is None
+    assert registry.kernel_limit_problem("softmax", {"num_heads": 8}, batch_size=10**6) is None  # plain PyTorch
+
+
 def test_per_layer_randomness_differs_by_layer_and_repeats_by_seed():
     def projection(layer_idx, seed):
         return registry.build("performer", head_dim=8, nb_features=16, layer_idx=layer_idx, seed=seed).projection

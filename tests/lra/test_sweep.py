@@ -390,3 +390,14 @@ def test_the_plan_marks_cells_beyond_the_kernels_limits_invalid_and_launches_non
                  "--yes", *FAST, "attention.layout=local", "attention.block_size=48"])
     out = capsys.readouterr().out
     assert code == 1 and "1 invalid" in out and "block_size 48 (attention.block_size) is not supported" in out
+
+
+def test_the_plan_marks_cells_beyond_the_kernels_batch_times_heads_invalid(tmp_path, capsys):
+    code = main(["sweep", "--preset", "smoke", "--tasks", "listops", "--attentions", "flash", "flash_sparse",
+                 "softmax", "--seq-lens", "1024", "--runs-dir", str(tmp_path / "runs"), "--data-dir",
+                 str(tmp_path / "data"), "--dry-run", *FAST, "train.batch_size=8192", "model.num_heads=8"])
+    out = capsys.readouterr().out
+    assert code == 0 and "3 runs — 1 new, 2 invalid" in out, out
+    invalid = [line for line in out.splitlines() if line.strip().startswith("invalid")]
+    assert len(invalid) == 2 and all("8 heads (model.num_heads) = 65,536 (batch, head) pairs" in line for line in invalid)
+    assert not (tmp_path / "runs").exists()

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from lra.run_progress import StepLines, read_progress
-from lra.sweep_eta import RunningRun, format_eta, seconds_left
+from lra.sweep_eta import Run, format_eta, seconds_left
 
 
 def test_read_progress_takes_the_latest_step_of_either_line_and_the_latest_val_acc(tmp_path):
@@ -45,13 +45,58 @@ def test_step_lines_print_the_first_step_at_once_then_every_few_seconds():
 
 
 def test_eta_from_finished_runs_and_step_progress():
-    assert seconds_left([], [RunningRun(30.0, None)], queued=3, slots=1) is None        # nothing tells yet
+    assert seconds_left([], [Run("a", 100, 30.0)], [Run("a", 100)], slots=1) is None   # nothing tells yet
     # no run finished: a run 1/4 through after 60 s takes 240 s; 180 s left + 2 queued x 240 s
-    assert seconds_left([], [RunningRun(60.0, 0.25)], queued=2, slots=1) == pytest.approx(660.0)
+    assert seconds_left([], [Run("a", 100, 60.0, 25)], [Run("a", 100)] * 2, slots=1) == pytest.approx(660.0)
     # finished runs took 100 s on average; two slots share the work
-    assert seconds_left([90.0, 110.0], [RunningRun(50.0, 0.5), RunningRun(10.0, None)], queued=2,
+    assert seconds_left([Run("a", 100, 90.0, 100), Run("a", 100, 110.0, 100)],
+                        [Run("a", 100, 50.0, 50), Run("a", 100, 10.0)], [Run("a", 100)] * 2,
                         slots=2) == pytest.approx((50.0 + 90.0 + 200.0) / 2)
+    assert seconds_left([Run("a", 100, 90.0, 100)], [], [], slots=1) == 0.0
     assert format_eta(3725) == "ETA 1h02m" and format_eta(200) == "ETA 3m20s" and format_eta(None) == "ETA ?"
+
+
+def test_eta_goes_at_each_kinds_own_pace():
+    """The README's CPU sweep: `flash` through the interpreter finishes first after 170 s, the other
+    attentions take 10 s each. Their queued runs are not estimated at flash's pace."""
+    flash = Run("flash", 300, 170.0, 300)
+    # softmax 100 of 300 steps in after 4 s: 8 s left; its second seed 12 s; flash's second seed 170 s
+    running = [Run("softmax", 300, 4.0, 100)]
+    assert seconds_left([flash], running, [Run("softmax", 300), Run("flash", 300)],
+                        slots=1) == pytest.approx(8.0 + 12.0 + 170.0)
+    # a finished run of a kind sets its pace; a kind not yet seen goes at the kinds' mean pace
+    softmax = Run("softmax", 300, 10.0, 300)
+    mean_pace = (300 / 170 + 300 / 10) / 2
+    assert seconds_left([flash, softmax], [], [Run("softmax", 300), Run("performer", 300)],
+                        slots=1) == pytest.approx(10.0 + 300 / mean_pace)
+    # the three attentions after flash, one finished and two queued: well under a minute, not 6
+    left = seconds_left([flash, softmax], [Run("performer", 300, 2.0)], [Run("linformer", 300), Run("bigbird", 300)],
+                        slots=1)
+    assert left < 60
+    # a running run before its first step: its kind's duration minus its elapsed time
+    assert seconds_left([softmax], [Run("softmax", 300, 4.0)], [], slots=1) == pytest.approx(6.0)
+    # the mean pace is that of the finished kinds, not of a run just past its process's start
+    assert seconds_left([flash], [Run("softmax", 300, 4.0, 1)], [Run("performer", 300)],
+                        slots=1) == pytest.approx(299 * 4.0 + 170.0)
+
+
+def test_the_sweep_display_gives_each_task_length_and_attention_its_own_pace(tmp_path):
+    from lra.commands.sweep import _Running
+    from lra.sweep import Outcome
+
+    def cell(attention, seed):
+        config = SimpleNamespace(task="listops", attention=attention, data=SimpleNamespace(seq_len=32),
+                                 train=SimpleNamespace(max_steps=300))
+        return SimpleNamespace(label=f"listops/{attention}/s{seed}", config=config)
+
+    runs = [cell("flash", 0), cell("softmax", 0), cell("softmax", 1)]
+    display = _Running(runs, slots=1)
+    assert display.eta() == "ETA ?"
+    display.start(runs[0], tmp_path / "flash.log", None)
+    display.stop(Outcome(runs[0], "completed", 170.0, None, {"steps": 300}))
+    display.start(runs[1], tmp_path / "softmax.log", None)
+    display.stop(Outcome(runs[1], "completed", 10.0, None, {"steps": 300}))
+    assert display.eta() == "ETA 10s"          # the second softmax seed at softmax's pace, not flash's
 
 
 def test_the_heartbeat_shows_steps_before_the_first_validation_and_an_eta(tmp_path, monkeypatch, capsys):

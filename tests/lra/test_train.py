@@ -919,6 +919,9 @@ def test_a_read_only_runs_dir_is_one_line_with_the_path(tmp_path, data_dir, caps
 @pytest.mark.parametrize("setting, message", [
     (["model.head_dim=256"], "head_dim 256 (model.head_dim) is not supported"),
     (["train.precision=64-true"], "not float64 (train.precision)"),
+    (["train.batch_size=8192", "model.num_heads=8"],
+     "batch size 8192 (train.batch_size) x 8 heads (model.num_heads) = 65,536 (batch, head) pairs, more than "
+     "the 65,535"),
 ])
 def test_settings_beyond_the_kernels_limits_are_refused_before_any_run_folder(tmp_path, capsys, setting, message):
     runs = tmp_path / "runs"
