@@ -27,7 +27,7 @@ def setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts)
     ctx.args = (causal, dropout_p, softmax_scale, tiles)
     # an lse nobody differentiates stays None (HAS_DLSE=False) instead of a zero tensor: under
-    # torch.compile the default would add a fill kernel per call and a read of it in the preprocess
+    # torch.compile the default would add a fill kernel per call and a read of it in the backward
     ctx.set_materialize_grads(False)
 
 

@@ -62,9 +62,10 @@ def new_output(q: Tensor) -> Tensor:
 
 def backward_buffers(B: int, H: int, n_q: int, d: int, device: torch.device,
                      fused_dq: bool) -> tuple[Tensor, Tensor, Optional[Tensor]]:
-    """The backward's float32 work buffers: delta and the rescaled lse (B, H, N_q), and with the
-    one-pass dropout backward dQ's sum (B, H, N_q, d), contiguous as the kernels address it (zeroed
-    by the preprocess kernel); else None."""
+    """The backward's float32 work buffers: delta and the rescaled lse (B, H, N_q) (written by the dQ
+    kernel, or the preprocess kernel of the one-pass form), and with the one-pass dropout backward
+    dQ's sum (B, H, N_q, d), contiguous as the kernels address it (zeroed by the preprocess kernel);
+    else None."""
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=device)
     lse2 = torch.empty((B, H, n_q), dtype=torch.float32, device=device)
     dq_acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=device) if fused_dq else None
@@ -152,9 +153,12 @@ def forward(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask:
 def backward(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices,
              dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles,
              grads: Optional[tuple] = None):
-    """The backward launches (preprocess, dK/dV, dQ) -> (dq, dk, dv). With the one-pass dropout
-    backward (:func:`kernels.dropout.fused_backward`) the dK/dV kernel computes dQ too, into a
-    float32 buffer that the preprocess kernel zeroes, and the dQ kernel is not launched.
+    """The backward launches -> (dq, dk, dv): the dQ kernel, which also stores every query row's
+    delta and rescaled lse, then the dK/dV kernel, which reads them (launched in that order on one
+    stream, or ordered by the data dependency under the triton_op form). With the one-pass dropout
+    backward (:func:`kernels.dropout.fused_backward`) the preprocess kernel computes delta and the
+    rescaled lse and zeroes a float32 dQ buffer, and the dK/dV kernel computes dQ into it; the dQ
+    kernel is not launched.
     ``grads``: (dq, dk, dv) tensors of q's, k's and v's shapes and dtype, any strides, to write the
     gradients into (the packed path's views of one dQKV tensor); default: new contiguous ones."""
     B, H, n_q, d = q.shape
@@ -178,12 +182,23 @@ def backward(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_paddin
     qk_scale = softmax_scale * kern.LOG2E
     flags = dict(IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse)
     # unused tensor arguments get a placeholder
-    pre_m = 64
-    launch(kern.flash_bwd_preprocess_kernel)[(cdiv(n_q, pre_m), B * H)](
-        out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2, dq_acc if fused_dq else lse,
-        *_s4(out), *_s4(grad_out), H, n_q, d,
-        BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None, ZERO_DQ=fused_dq,
-    )
+    if fused_dq:
+        pre_m = 64
+        launch(kern.flash_bwd_preprocess_kernel)[(cdiv(n_q, pre_m), B * H)](
+            out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2, dq_acc,
+            *_s4(out), *_s4(grad_out), H, n_q, d,
+            BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None,
+        )
+    else:
+        t = all_tiles.dq
+        launch(kern.flash_bwd_dq_kernel)[_grid(cdiv(n_q, t.block_m), B * H, sparse)](
+            q, k, v, out, grad_out, dq, lse, grad_lse if grad_lse is not None else lse, lse2, delta, pad, seed_arg,
+            dq_indices if sparse else q, dq_counts if sparse else q,
+            *_s4(q), *_s4(k), *_s4(v), *_s4(out), *_s4(grad_out), *_s4(dq), *pad_strides,
+            *_sparse_strides(dq_indices, dq_counts),
+            H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
+            **_pass_flags(q, k, t), **flags, HAS_DLSE=grad_lse is not None,
+        )
     t = all_tiles.dkdv
     launch(kern.flash_bwd_dkdv_kernel)[_grid(cdiv(n_k, t.block_n), B * H, sparse)](
         q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, lse2, delta, pad, seed_arg,
@@ -193,16 +208,6 @@ def backward(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_paddin
         H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
         **_pass_flags(q, k, t), **flags, FUSED_DQ=fused_dq,
     )
-    if not fused_dq:
-        t = all_tiles.dq
-        launch(kern.flash_bwd_dq_kernel)[_grid(cdiv(n_q, t.block_m), B * H, sparse)](
-            q, k, v, grad_out, dq, lse2, delta, pad, seed_arg, dq_indices if sparse else q,
-            dq_counts if sparse else q,
-            *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,
-            *_sparse_strides(dq_indices, dq_counts),
-            H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
-            **_pass_flags(q, k, t), **flags,
-        )
     if dq_acc is not None:  # the one-pass form's float32 dQ sum, rounded to q's dtype
         dq = dq_acc.to(q.dtype) if dq is None else dq.copy_(dq_acc)
     return dq, dk, dv
