@@ -377,13 +377,13 @@ def flash_fwd_kernel(
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def flash_bwd_preprocess_kernel(
-    O, DO, LSE, DLSE, DELTA, LSE2, DQ_ACC,
+    O, DO, LSE, DLSE, STATS, DQ_ACC,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     H, N_Q, HEAD_DIM,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr,
 ):
-    """DELTA = rowsum(dO * O) - dLSE and LSE2 = LSE * log2(e) with -inf -> +inf (both float32), and
+    """The row statistics of the backward into STATS (see :func:`flash_bwd_dq_kernel`), and
     zeroes the same rows of the one-pass backward's float32 dQ accumulator DQ_ACC (contiguous (B, H,
     N_Q, HEAD_DIM)), which the dK/dV kernel then adds into: one launch fewer than a separate fill.
     (The two-pass backward has no preprocess: its dQ kernel computes the row statistics.)"""
@@ -402,9 +402,10 @@ def flash_bwd_preprocess_kernel(
     row_ok = offs_m < N_Q
     if HAS_DLSE:
         delta = delta - tl.load(DLSE + row, mask=row_ok, other=0.0)
-    tl.store(DELTA + row, delta, mask=row_ok)
+    stats = STATS + pid_bh.to(tl.int64) * 2 * N_Q + offs_m
+    tl.store(stats, delta, mask=row_ok)
     lse = tl.load(LSE + row, mask=row_ok, other=0.0)
-    tl.store(LSE2 + row, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C), mask=row_ok)
+    tl.store(stats + N_Q, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C), mask=row_ok)
     tl.store(DQ_ACC + row[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
@@ -474,7 +475,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_bas
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, PAD, SEED, IDX, CNT,
+    Q, K, V, DO, DK, DV, DQ_ACC, STATS, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -491,7 +492,7 @@ def flash_bwd_dkdv_kernel(
     FUSED_DQ: tl.constexpr,
 ):
     """dK and dV: one program per (key tile, batch * head), looping over query tiles. Reads the query
-    rows' DELTA and LSE2, stored by the dQ kernel launched before it (or, with ``FUSED_DQ``, by the
+    rows' statistics STATS, stored by the dQ kernel launched before it (or, with ``FUSED_DQ``, by the
     preprocess kernel).
 
     ``FUSED_DQ`` (the one-pass backward, the default under dropout): the loop also computes
@@ -524,8 +525,8 @@ def flash_bwd_dkdv_kernel(
         v = v.to(tl.float32)
     q_ptrs0 = Q + b64 * stride_qb + h64 * stride_qh + offs_m0[:, None] * stride_qm + offs_d[None, :] * stride_qd
     do_ptrs0 = DO + b64 * stride_dob + h64 * stride_doh + offs_m0[:, None] * stride_dom + offs_d[None, :] * stride_dod
-    lse2_base = LSE2 + pid_bh.to(tl.int64) * N_Q
-    delta_base = DELTA + pid_bh.to(tl.int64) * N_Q
+    delta_base = STATS + pid_bh.to(tl.int64) * 2 * N_Q
+    lse2_base = delta_base + N_Q
     if HAS_DROPOUT:
         seed = tl.load(SEED)
     else:
@@ -637,7 +638,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pa
 
 @triton.jit
 def flash_bwd_dq_kernel(
-    Q, K, V, O, DO, DQ, LSE, DLSE, LSE2, DELTA, PAD, SEED, IDX, CNT,
+    Q, K, V, O, DO, DQ, LSE, DLSE, STATS, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -653,11 +654,12 @@ def flash_bwd_dq_kernel(
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, HAS_DLSE: tl.constexpr,
 ):
     """dQ: one program per (query tile, batch * head), looping over key tiles; launched before the
-    dK/dV kernel, whose per-row statistics it computes and stores for its own query rows: DELTA =
-    rowsum(dO * O) - dLSE (``HAS_DLSE``) and LSE2 = LSE * log2(e) with -inf -> +inf (both float32,
-    contiguous (B, H, N_Q)). Every query tile row of every (batch, head) has a program, with or
-    without key tiles to visit (causal rows that see no key, block-sparse rows without blocks), so
-    every row of both buffers is written (rows past N_Q read as zero dO and O and LSE -inf)."""
+    dK/dV kernel, whose per-row statistics it computes and stores for its own query rows into STATS,
+    a contiguous float32 (B, H, 2, N_Q) buffer: ``STATS[b, h, 0]`` = delta = rowsum(dO * O) - dLSE
+    (``HAS_DLSE``), ``STATS[b, h, 1]`` = LSE2 = LSE * log2(e) with -inf -> +inf. Every query tile
+    row of every (batch, head) has a program, with or without key tiles to visit (causal rows that
+    see no key, block-sparse rows without blocks), so every row is written (rows past N_Q read as
+    zero dO and O and LSE -inf)."""
     # float scalars: float32 (see flash_fwd_kernel)
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -691,12 +693,13 @@ def flash_bwd_dq_kernel(
             delta = delta - tl.load(DLSE + row, mask=offs_m < N_Q, other=0.0)
     # a row that sees no key (LSE = -inf) gets LSE2 = +inf: P = exp2(S - LSE2) = 0 in both passes
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C)
+    stats = STATS + pid_bh.to(tl.int64) * 2 * N_Q + offs_m
     if EVEN_M:
-        tl.store(DELTA + row, delta)
-        tl.store(LSE2 + row, lse2)
+        tl.store(stats, delta)
+        tl.store(stats + N_Q, lse2)
     else:
-        tl.store(DELTA + row, delta, mask=offs_m < N_Q)
-        tl.store(LSE2 + row, lse2, mask=offs_m < N_Q)
+        tl.store(stats, delta, mask=offs_m < N_Q)
+        tl.store(stats + N_Q, lse2, mask=offs_m < N_Q)
     if UPCAST:
         q = q.to(tl.float32)
         do = do.to(tl.float32)

@@ -3,9 +3,9 @@ rescaled log-sum-exp (LSE * log2(e), -inf -> +inf) written before the dK/dV kern
 dQ kernel in the two-pass backward (a program per query tile row, whether or not it has keys to
 visit), by the preprocess kernel in the one-pass dropout backward.
 
-The tests fill both buffers with NaN before the launches (``launch_args.backward_buffers`` wrapped),
-so a row that no program writes shows up, and compare them with the statistics computed in float64
-from the forward's own output and lse.
+The tests fill the statistics' buffer with NaN before the launches (``launch_args.backward_buffers``
+wrapped), so a row that no program writes shows up, and compare it with the statistics computed in
+float64 from the forward's own output and lse.
 """
 from __future__ import annotations
 
@@ -26,16 +26,15 @@ SMALL = Tiles(PassTiles(32, 16), PassTiles(16, 32), PassTiles(32, 16))
 
 @pytest.fixture
 def buffers(monkeypatch):
-    """The (delta, lse2) buffers of every backward, NaN until a kernel writes them."""
+    """The (B, H, 2, N_q) statistics buffer (delta, lse2) of every backward, NaN until a kernel writes it."""
     made = []
     original = launch_args.backward_buffers
 
     def nan_filled(*args, **kwargs):
-        delta, lse2, dq_acc = original(*args, **kwargs)
-        delta.fill_(float("nan"))
-        lse2.fill_(float("nan"))
-        made.append((delta, lse2))
-        return delta, lse2, dq_acc
+        stats, dq_acc = original(*args, **kwargs)
+        stats.fill_(float("nan"))
+        made.append(stats)
+        return stats, dq_acc
 
     monkeypatch.setattr(launch_args, "backward_buffers", nan_filled)
     return made
@@ -44,7 +43,7 @@ def buffers(monkeypatch):
 def _check_stats(buffers, out, lse, grad_out, grad_lse=None):
     """The one backward's buffers against rowsum(dO * O) - dLSE and LSE * log2(e) (+inf where -inf)."""
     assert len(buffers) == 1
-    delta, lse2 = (x.cpu() for x in buffers[0])
+    delta, lse2 = buffers[0].cpu().unbind(2)
     assert not delta.isnan().any() and not lse2.isnan().any(), "a query row's statistics were not written"
     want_delta = (grad_out.double() * out.detach().double()).sum(-1).cpu()
     if grad_lse is not None:
