@@ -41,11 +41,14 @@ _NO_GUARD = contextlib.nullcontext()  # reusable
 
 def device_guard(t: Tensor):
     """The CUDA device of ``t`` made current for the launches (they run on the current device's
-    context and stream); no guard when it already is (the common case: one cheap device query)."""
-    device = t.device
-    if device.type != "cuda" or device.index == torch.cuda.current_device():
+    context and stream); no guard when it already is (the common case: one cheap device query).
+    ``is_cuda`` and ``get_device()`` read the tensor's device without building a ``torch.device``."""
+    if not t.is_cuda:
         return _NO_GUARD
-    return torch.cuda.device(device)
+    index = t.get_device()
+    if index == torch.cuda.current_device():
+        return _NO_GUARD
+    return torch.cuda.device(index)
 
 
 def new_output(q: Tensor) -> Tensor:
