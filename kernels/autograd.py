@@ -86,7 +86,7 @@ class FlashFunction(torch.autograd.Function):
         with launch_args.device_guard(q):
             dq, dk, dv = launch_args.backward(launch_args.eager, grad_out, grad_lse, q, k, v, out, lse,
                                               key_padding_mask, seed, *ctx.lists, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None  # mask, seed, lists, causal, p, scale, tiles
 
 
 def unpack_qkv(qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
