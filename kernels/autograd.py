@@ -9,6 +9,8 @@ launch-bound model step pays per layer. Both forms run the same launches (:mod:`
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -19,6 +21,22 @@ Tensor = torch.Tensor
 _NO_INPUT_GRADS = (None,) * 12  # gradients of the ops' non-tensor and index-list inputs
 
 
+def _once_differentiable(backward):
+    """``torch.autograd.function.once_differentiable`` (the backward kernels are not differentiable:
+    a double backward raises) for a backward that autograd usually calls with grad mode off
+    (``create_graph=False``), where that wrapper's ``no_grad`` block and checks change nothing: then
+    ``backward`` is called directly (a context manager's cost less per call), else through the
+    wrapper."""
+    wrapped = once_differentiable(backward)
+
+    @functools.wraps(backward)
+    def dispatch(ctx, *grads):
+        if torch.is_grad_enabled():
+            return wrapped(ctx, *grads)
+        return backward(ctx, *grads)
+    return dispatch
+
+
 def setup_context(ctx, inputs, output):
     """``setup_context`` of the registered forward op."""
     (q, k, v, key_padding_mask, seed, _fi, _fc, dkdv_indices, dkdv_counts, dq_indices, dq_counts,
@@ -27,7 +45,7 @@ def setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts)
     ctx.args = (causal, dropout_p, softmax_scale, tiles)
     # an lse nobody differentiates stays None (HAS_DLSE=False) instead of a zero tensor: under
-    # torch.compile the default would add a fill kernel per call and a read of it in the preprocess
+    # torch.compile the default would add a fill kernel per call and a read of it in the backward
     ctx.set_materialize_grads(False)
 
 
@@ -42,28 +60,33 @@ def op_backward(flash_bwd_op, ctx, grad_out, grad_lse):
 
 
 class FlashFunction(torch.autograd.Function):
-    """(out, lse) of q, k, v (B, H, N, d) with the same arguments as the registered ops, for eager mode."""
+    """(out, lse) of q, k, v (B, H, N, d) for eager mode, with the registered ops' arguments except
+    that the six block-sparse index lists (fwd, dK/dV, dQ indices and counts; or six Nones) come as
+    one tuple, ``lists``, as in :class:`PackedFlashFunction`: not differentiable, cached plans that
+    are never modified, they are kept on ``ctx``, and each argument of ``apply`` fewer saves autograd
+    a step per call."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkdv_indices, dkdv_counts,
-                dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
-        out, lse = launch_args.launch_fwd(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkdv_indices,
-                                          dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles)
-        ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices,
-                              dq_counts)
+    def forward(ctx, q, k, v, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale, tiles):
+        with launch_args.device_guard(q):
+            out, lse = launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, seed, lists[0], lists[1],
+                                           causal, dropout_p, softmax_scale, tiles)
+        ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed)
+        ctx.lists = lists[2:]  # the backward's index lists (dK/dV, dQ)
         ctx.args = (causal, dropout_p, softmax_scale, tiles)
         ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
-    @once_differentiable  # the backward kernels are not differentiable: a double backward raises
+    @_once_differentiable
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts = ctx.saved_tensors
+        q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
         if grad_out is None:
             grad_out = torch.zeros_like(out)
-        dq, dk, dv = launch_args.launch_bwd(grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed,
-                                            dkdv_indices, dkdv_counts, dq_indices, dq_counts, *ctx.args)
-        return dq, dk, dv, *_NO_INPUT_GRADS
+        with launch_args.device_guard(q):
+            dq, dk, dv = launch_args.backward(launch_args.eager, grad_out, grad_lse, q, k, v, out, lse,
+                                              key_padding_mask, seed, *ctx.lists, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None, None  # mask, seed, lists, causal, p, scale, tiles
 
 
 def unpack_qkv(qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -103,7 +126,7 @@ class PackedFlashFunction(torch.autograd.Function):
         return out.transpose(1, 2)
 
     @staticmethod
-    @once_differentiable
+    @_once_differentiable
     def backward(ctx, grad):
         q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
         if grad is None:

@@ -193,7 +193,7 @@ class BlockSparseLayout:
 
     def plans(self, n_q: int, n_k: int, causal: bool, tiles: Tiles) -> tuple[torch.Tensor, ...]:
         """(fwd_idx, fwd_cnt, dkdv_idx, dkdv_cnt, dq_idx, dq_cnt) for one call signature (cached)."""
-        key = (n_q, n_k, bool(causal), tuple(tiles.as_list()))
+        key = (n_q, n_k, bool(causal), tiles.as_tuple())
         plans = self._plans.get(key)
         if plans is None:
             bs = self.block_size
@@ -229,7 +229,7 @@ def _plans_for(compiled: BlockSparseLayout, n_q: int, n_k: int, causal: bool, ti
         # torch.compile made symbolic (it does after seeing a second N) back to its value, so each N
         # gets its own break-free graph with its plans as constants.
         n_q, n_k = guard_scalar(n_q), guard_scalar(n_k)
-        return _constant_plans(compiled.key, n_q, n_k, causal, tuple(tiles.as_list()))
+        return _constant_plans(compiled.key, n_q, n_k, causal, tiles.as_tuple())
     return compiled.plans(n_q, n_k, causal, tiles)
 
 

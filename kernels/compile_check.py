@@ -30,7 +30,8 @@ import time
 def _variants(quick: bool):
     """(kernel name, dtype, block_m, block_n, block_d, num_warps, num_stages, flags) to compile: the
     GPU tile table's entries (bf16 at head dim 64; all dtypes and head dims with ``quick=False``) for
-    the hot paths (plain, dropout, block-sparse; aligned shapes) and a ragged everything-on variant.
+    the hot paths (plain, dropout, block-sparse; aligned shapes) and a ragged everything-on variant
+    (with an lse gradient, ``HAS_DLSE``, for the dQ kernel; a kernel gets the flags it takes).
     Flag sets with ``FUSED_DQ`` (the one-pass dropout backward, the default with dropout: dropout
     aligned, ragged everything-on, block-sparse) apply to the dK/dV kernel only. Every variant uses
     the tiles the launchers give such a call (``kernels.tiles.select``: the dropout table with
@@ -45,11 +46,12 @@ def _variants(quick: bool):
         even,
         dict(even, HAS_DROPOUT=True),
         dict(even, SPARSE=True, HAS_PAD=True),
-        dict(IS_CAUSAL=True, HAS_PAD=True, HAS_DROPOUT=True, SPARSE=False, EVEN_M=False, EVEN_N=False, EVEN_D=False),
+        dict(IS_CAUSAL=True, HAS_PAD=True, HAS_DROPOUT=True, SPARSE=False, EVEN_M=False, EVEN_N=False, EVEN_D=False,
+             HAS_DLSE=True),
     ]
     fused_sets = [
         dict(even, HAS_DROPOUT=True, FUSED_DQ=True),
-        dict(flag_sets[3], FUSED_DQ=True),
+        dict(flag_sets[3], HAS_DLSE=False, FUSED_DQ=True),
         dict(even, SPARSE=True, HAS_PAD=True, HAS_DROPOUT=True, FUSED_DQ=True),
     ]
     dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
@@ -70,7 +72,7 @@ def _variants(quick: bool):
 def _signature(fn, dtype: str, constexprs: dict) -> dict:
     """Triton type of every argument of ``fn`` by its name (constexprs marked as such)."""
     pointer = {"Q": dtype, "K": dtype, "V": dtype, "O": dtype, "DO": dtype, "DQ": dtype, "DK": dtype, "DV": dtype,
-               "LSE": "fp32", "LSE2": "fp32", "DQ_ACC": "fp32", "DELTA": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
+               "LSE": "fp32", "STATS": "fp32", "DQ_ACC": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
                "IDX": "i32", "CNT": "i32", "OUT": "u8"}
     floats = {"qk_scale", "sm_scale", "drop_scale"}
     sig = {}
@@ -134,8 +136,11 @@ def _source(kernel: str, dtype: str, block_m: int, block_n: int, block_d: int, f
     fn = {"fwd": kern.flash_fwd_kernel, "dkdv": kern.flash_bwd_dkdv_kernel, "dq": kern.flash_bwd_dq_kernel}[kernel]
     constexprs = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                       DOT_PREC="ieee" if dtype == "fp32" else None, UPCAST=False)
+    constexprs = {name: value for name, value in constexprs.items() if name in fn.arg_names}
     if kernel == "dkdv":
         constexprs.setdefault("FUSED_DQ", False)
+    if kernel == "dq":
+        constexprs.setdefault("HAS_DLSE", False)
     sig = _signature(fn, dtype, constexprs)
     attrs = None
     aligned = flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]
@@ -253,7 +258,8 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
         compiled = triton.compile(src, target=target, options=options) if ptx else None
         if compiled is None:
             _front_end(src, target, options)
-        on = ",".join(k for k, v in flags.items() if v and not k.startswith("EVEN")) or "plain"
+        on = ",".join(k for k, v in flags.items()
+                      if v and not k.startswith("EVEN") and k in src.fn.arg_names) or "plain"
         even = "aligned" if aligned else "ragged"
         line = (f"{kernel:>5} {dtype:>5} {bm}x{bn}x{bd} w{warps} s{n_stages} {on:<28} "
                 f"{even:<7} ok ({time.perf_counter() - t0:.1f}s)")

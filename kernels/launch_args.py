@@ -41,11 +41,14 @@ _NO_GUARD = contextlib.nullcontext()  # reusable
 
 def device_guard(t: Tensor):
     """The CUDA device of ``t`` made current for the launches (they run on the current device's
-    context and stream); no guard when it already is (the common case: one cheap device query)."""
-    device = t.device
-    if device.type != "cuda" or device.index == torch.cuda.current_device():
+    context and stream); no guard when it already is (the common case: one cheap device query).
+    ``is_cuda`` and ``get_device()`` read the tensor's device without building a ``torch.device``."""
+    if not t.is_cuda:
         return _NO_GUARD
-    return torch.cuda.device(device)
+    index = t.get_device()
+    if index == torch.cuda.current_device():
+        return _NO_GUARD
+    return torch.cuda.device(index)
 
 
 def new_output(q: Tensor) -> Tensor:
@@ -57,22 +60,19 @@ def new_output(q: Tensor) -> Tensor:
     B, H, n_q, d = q.shape
     if H > 1 and q.stride(1) < q.stride(2):
         return q.new_empty((B, n_q, H, d)).transpose(1, 2)
-    return q.new_empty((B, H, n_q, d))
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 def backward_buffers(B: int, H: int, n_q: int, d: int, device: torch.device,
-                     fused_dq: bool) -> tuple[Tensor, Tensor, Optional[Tensor]]:
-    """The backward's float32 work buffers: delta and the rescaled lse (B, H, N_q), and with the
-    one-pass dropout backward dQ's sum (B, H, N_q, d), contiguous as the kernels address it (zeroed
-    by the preprocess kernel); else None."""
-    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=device)
-    lse2 = torch.empty((B, H, n_q), dtype=torch.float32, device=device)
+                     fused_dq: bool) -> tuple[Tensor, Optional[Tensor]]:
+    """The backward's float32 work buffers, contiguous as the kernels address them: the query rows'
+    statistics (B, H, 2, N_q), ``[:, :, 0]`` delta and ``[:, :, 1]`` the rescaled lse, one buffer
+    (one allocation; written by the dQ kernel, or the preprocess kernel of the one-pass form); and
+    with the one-pass dropout backward dQ's sum (B, H, N_q, d) (zeroed by the preprocess kernel),
+    else None."""
+    stats = torch.empty((B, H, 2, n_q), dtype=torch.float32, device=device)
     dq_acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=device) if fused_dq else None
-    return delta, lse2, dq_acc
-
-
-def _s4(t: Tensor) -> tuple[int, int, int, int]:
-    return tuple(t.stride())  # type: ignore[return-value]
+    return stats, dq_acc
 
 
 def _sparse_strides(idx: Optional[Tensor], cnt: Optional[Tensor]) -> tuple[int, int, int, int]:
@@ -90,37 +90,75 @@ def _grid(n_rows: int, bh: int, sparse: bool) -> tuple[int, ...]:
     return (n_rows * bh,) if sparse else (n_rows, bh)
 
 
-@functools.lru_cache(maxsize=64)
-def _tiles(tiles: tuple[int, ...]) -> Tiles:
-    return Tiles.from_list(tiles)
-
-
-@functools.lru_cache(maxsize=64)
 def _dropout_args(dropout_p: float) -> tuple[int, float]:
     if dropout_p > 0.0:
         return keep_threshold(dropout_p), 1.0 / (1.0 - effective_dropout_p(dropout_p))
     return 0, 1.0
 
 
-def _dot_flags(q: Tensor) -> dict:
+def _dot_flags(dtype: torch.dtype, cuda: bool) -> dict:
     """DOT_PREC: exact IEEE products for float32 inputs (no TF32 rounding); for 16-bit inputs the
     setting does not apply: on CUDA it is spelled out as Triton's default ("tf32", the same code as
     None) because Inductor's recompilation of the kernels under the triton_op form fails on a None
     constexpr; the interpreter keeps None.
     UPCAST: Triton's interpreter multiplies bfloat16 dot operands as raw integers, so on CPU the
     kernels convert bfloat16 tiles to float32 after loading (bf16 products are exact in float32)."""
-    cuda = q.device.type == "cuda"
-    return dict(DOT_PREC="ieee" if q.dtype == torch.float32 else ("tf32" if cuda else None),
-                UPCAST=q.dtype == torch.bfloat16 and not cuda)
+    return dict(DOT_PREC="ieee" if dtype == torch.float32 else ("tf32" if cuda else None),
+                UPCAST=dtype == torch.bfloat16 and not cuda)
 
 
-def _pass_flags(q: Tensor, k: Tensor, t: PassTiles) -> dict:
+def _pass_flags(dtype: torch.dtype, cuda: bool, n_q: int, n_k: int, d: int, t: PassTiles) -> dict:
     """The tile and shape constexprs of one pass, and its launch options."""
-    d = q.shape[3]
     d_pad = padded_head_dim(d)
-    return dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=d_pad, EVEN_M=q.shape[2] % t.block_m == 0,
-                EVEN_N=k.shape[2] % t.block_n == 0, EVEN_D=d_pad == d, **_dot_flags(q),
+    return dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=d_pad, EVEN_M=n_q % t.block_m == 0,
+                EVEN_N=n_k % t.block_n == 0, EVEN_D=d_pad == d, **_dot_flags(dtype, cuda),
                 num_warps=t.num_warps, num_stages=t.num_stages)
+
+
+# The launches' grids, scalar arguments and keyword arguments (constexprs, launch options) follow
+# from a call's signature alone; eager calls look them up in a cache (the ``_cached`` forms below),
+# so a call computes only its buffers and its tensors' strides. Under tracing the sizes may be
+# symbolic (not hashable), so the traced launches compute them every time.
+
+def _forward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: int, n_q: int, n_k: int, d: int,
+                    causal: bool, has_pad: bool, dropout_p: float, sparse: bool,
+                    softmax_scale: float) -> tuple[tuple, tuple, dict]:
+    """(grid, scalar arguments, keyword arguments) of the forward launch."""
+    t = Tiles.from_list(tiles).fwd
+    drop_threshold, drop_scale = _dropout_args(dropout_p)
+    scalars = (H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, drop_threshold, drop_scale)
+    flags = dict(_pass_flags(dtype, cuda, n_q, n_k, d, t), IS_CAUSAL=causal, HAS_PAD=has_pad,
+                 HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse)
+    return _grid(cdiv(n_q, t.block_m), B * H, sparse), scalars, flags
+
+
+PRE_BLOCK_M = 64  # query rows per program of the preprocess kernel
+
+
+def _backward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: int, n_q: int, n_k: int, d: int,
+                     causal: bool, has_pad: bool, dropout_p: float, sparse: bool, softmax_scale: float,
+                     fused_dq: bool, has_dlse: bool) -> tuple[tuple, dict, tuple, dict, tuple]:
+    """(grid and keyword arguments of the first launch -- the dQ kernel, or the preprocess kernel of
+    the one-pass form --, grid and keyword arguments of the dK/dV launch, the scalar arguments of
+    the dQ and dK/dV launches)."""
+    all_tiles = Tiles.from_list(tiles)
+    drop_threshold, drop_scale = _dropout_args(dropout_p)
+    scalars = (H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, softmax_scale, drop_threshold, drop_scale)
+    flags = dict(IS_CAUSAL=causal, HAS_PAD=has_pad, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse)
+    if fused_dq:
+        first_grid = (cdiv(n_q, PRE_BLOCK_M), B * H)
+        first = dict(BLOCK_M=PRE_BLOCK_M, BLOCK_D=padded_head_dim(d), HAS_DLSE=has_dlse)
+    else:
+        t = all_tiles.dq
+        first_grid = _grid(cdiv(n_q, t.block_m), B * H, sparse)
+        first = dict(_pass_flags(dtype, cuda, n_q, n_k, d, t), **flags, HAS_DLSE=has_dlse)
+    t = all_tiles.dkdv
+    dkdv = dict(_pass_flags(dtype, cuda, n_q, n_k, d, t), **flags, FUSED_DQ=fused_dq)
+    return first_grid, first, _grid(cdiv(n_k, t.block_n), B * H, sparse), dkdv, scalars
+
+
+_forward_launch_cached = functools.lru_cache(maxsize=256)(_forward_launch)
+_backward_launch_cached = functools.lru_cache(maxsize=256)(_backward_launch)
 
 
 def forward(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
@@ -129,22 +167,18 @@ def forward(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask:
     """The forward launch: (out (B, H, N_q, d) in q's dtype, laid out like q, lse (B, H, N_q) float32)."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
+    has_pad = key_padding_mask is not None
+    sparse = fwd_indices is not None
+    grid, scalars, flags = (_forward_launch if launch is traced else _forward_launch_cached)(
+        tuple(tiles), q.dtype, q.is_cuda, B, H, n_q, n_k, d, causal, has_pad, dropout_p, sparse, softmax_scale)
     out = new_output(q)
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
-    sparse = fwd_indices is not None
-    t = _tiles(tuple(tiles)).fwd
-    drop_threshold, drop_scale = _dropout_args(dropout_p)
-    launch(kern.flash_fwd_kernel)[_grid(cdiv(n_q, t.block_m), B * H, sparse)](
-        # unused tensor arguments get q as a placeholder
-        q, k, v, out, lse, pad, seed if seed is not None else q, fwd_indices if sparse else q,
-        fwd_counts if sparse else q,
-        *_s4(q), *_s4(k), *_s4(v), *_s4(out),
-        pad.stride(0) if key_padding_mask is not None else 0, pad.stride(1) if key_padding_mask is not None else 0,
-        *_sparse_strides(fwd_indices, fwd_counts),
-        H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, drop_threshold, drop_scale,
-        **_pass_flags(q, k, t), IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None,
-        HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse,
+    launch(kern.flash_fwd_kernel)[grid](
+        # unused tensor arguments get q as a placeholder; the mask (bool) is read as 8-bit
+        q, k, v, out, lse, key_padding_mask if has_pad else q, seed if seed is not None else q,
+        fwd_indices if sparse else q, fwd_counts if sparse else q,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(), *(key_padding_mask.stride() if has_pad else (0, 0)),
+        *_sparse_strides(fwd_indices, fwd_counts), *scalars, **flags,
     )
     return out, lse
 
@@ -152,57 +186,52 @@ def forward(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask:
 def backward(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices,
              dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles,
              grads: Optional[tuple] = None):
-    """The backward launches (preprocess, dK/dV, dQ) -> (dq, dk, dv). With the one-pass dropout
-    backward (:func:`kernels.dropout.fused_backward`) the dK/dV kernel computes dQ too, into a
-    float32 buffer that the preprocess kernel zeroes, and the dQ kernel is not launched.
+    """The backward launches -> (dq, dk, dv): the dQ kernel, which also stores every query row's
+    delta and rescaled lse, then the dK/dV kernel, which reads them (launched in that order on one
+    stream, or ordered by the data dependency under the triton_op form). With the one-pass dropout
+    backward (:func:`kernels.dropout.fused_backward`) the preprocess kernel computes delta and the
+    rescaled lse and zeroes a float32 dQ buffer, and the dK/dV kernel computes dQ into it; the dQ
+    kernel is not launched.
     ``grads``: (dq, dk, dv) tensors of q's, k's and v's shapes and dtype, any strides, to write the
     gradients into (the packed path's views of one dQKV tensor); default: new contiguous ones."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     fused_dq = fused_backward(dropout_p)
-    delta, lse2, dq_acc = backward_buffers(B, H, n_q, d, q.device, fused_dq)
+    has_pad = key_padding_mask is not None
+    has_dlse = grad_lse is not None
+    sparse = dkdv_indices is not None
+    first_grid, first, dkdv_grid, dkdv, scalars = (_backward_launch if launch is traced else _backward_launch_cached)(
+        tuple(tiles), q.dtype, q.is_cuda, B, H, n_q, n_k, d, causal, has_pad, dropout_p, sparse, softmax_scale,
+        fused_dq, has_dlse)
+    stats, dq_acc = backward_buffers(B, H, n_q, d, q.device, fused_dq)
     if grads is not None:
         dq, dk, dv = grads
     else:
-        dq = None if fused_dq else torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
-        dk = torch.empty((B, H, n_k, d), dtype=k.dtype, device=k.device)
-        dv = torch.empty((B, H, n_k, d), dtype=v.dtype, device=v.device)
-    if grad_lse is not None:
-        grad_lse = grad_lse.contiguous()
-    pad = key_padding_mask if key_padding_mask is not None else q  # bool, read as 8-bit by the kernels
-    sparse = dkdv_indices is not None
+        dq = None if fused_dq else torch.empty_like(q, memory_format=torch.contiguous_format)
+        dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+        dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    dlse = grad_lse.contiguous() if has_dlse else lse  # unused tensor arguments get a placeholder
+    pad = key_padding_mask if has_pad else q  # bool, read as 8-bit by the kernels
+    pad_strides = key_padding_mask.stride() if has_pad else (0, 0)
     seed_arg = seed if seed is not None else q
-    all_tiles = _tiles(tuple(tiles))
-    pad_strides = (pad.stride(0), pad.stride(1)) if key_padding_mask is not None else (0, 0)
-    drop_threshold, drop_scale = _dropout_args(dropout_p)
-    qk_scale = softmax_scale * kern.LOG2E
-    flags = dict(IS_CAUSAL=causal, HAS_PAD=key_padding_mask is not None, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse)
-    # unused tensor arguments get a placeholder
-    pre_m = 64
-    launch(kern.flash_bwd_preprocess_kernel)[(cdiv(n_q, pre_m), B * H)](
-        out, grad_out, lse, grad_lse if grad_lse is not None else lse, delta, lse2, dq_acc if fused_dq else lse,
-        *_s4(out), *_s4(grad_out), H, n_q, d,
-        BLOCK_M=pre_m, BLOCK_D=padded_head_dim(d), HAS_DLSE=grad_lse is not None, ZERO_DQ=fused_dq,
-    )
-    t = all_tiles.dkdv
-    launch(kern.flash_bwd_dkdv_kernel)[_grid(cdiv(n_k, t.block_n), B * H, sparse)](
-        q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, lse2, delta, pad, seed_arg,
-        dkdv_indices if sparse else q, dkdv_counts if sparse else q,
-        *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dk), *_s4(dv), *pad_strides,
-        *_sparse_strides(dkdv_indices, dkdv_counts),
-        H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
-        **_pass_flags(q, k, t), **flags, FUSED_DQ=fused_dq,
-    )
-    if not fused_dq:
-        t = all_tiles.dq
-        launch(kern.flash_bwd_dq_kernel)[_grid(cdiv(n_q, t.block_m), B * H, sparse)](
-            q, k, v, grad_out, dq, lse2, delta, pad, seed_arg, dq_indices if sparse else q,
-            dq_counts if sparse else q,
-            *_s4(q), *_s4(k), *_s4(v), *_s4(grad_out), *_s4(dq), *pad_strides,
-            *_sparse_strides(dq_indices, dq_counts),
-            H, n_q, n_k, d, n_k - n_q, qk_scale, softmax_scale, drop_threshold, drop_scale,
-            **_pass_flags(q, k, t), **flags,
+    do_strides = grad_out.stride()
+    if fused_dq:
+        launch(kern.flash_bwd_preprocess_kernel)[first_grid](
+            out, grad_out, lse, dlse, stats, dq_acc, *out.stride(), *do_strides, H, n_q, d, **first,
         )
+    else:
+        launch(kern.flash_bwd_dq_kernel)[first_grid](
+            q, k, v, out, grad_out, dq, lse, dlse, stats, pad, seed_arg,
+            dq_indices if sparse else q, dq_counts if sparse else q,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *do_strides, *dq.stride(), *pad_strides,
+            *_sparse_strides(dq_indices, dq_counts), *scalars, **first,
+        )
+    launch(kern.flash_bwd_dkdv_kernel)[dkdv_grid](
+        q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, stats, pad, seed_arg,
+        dkdv_indices if sparse else q, dkdv_counts if sparse else q,
+        *q.stride(), *k.stride(), *v.stride(), *do_strides, *dk.stride(), *dv.stride(), *pad_strides,
+        *_sparse_strides(dkdv_indices, dkdv_counts), *scalars, **dkdv,
+    )
     if dq_acc is not None:  # the one-pass form's float32 dQ sum, rounded to q's dtype
         dq = dq_acc.to(q.dtype) if dq is None else dq.copy_(dq_acc)
     return dq, dk, dv

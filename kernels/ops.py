@@ -96,10 +96,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor
               tiles: list[int]) -> tuple[Tensor, Tensor]:
     """(out, lse) with autograd: the op while torch.compile traces, :class:`kernels.autograd.FlashFunction`
     otherwise. ``lists``: the six block-sparse index lists (fwd, dK/dV, dQ indices and counts) or six Nones."""
-    args = (q, k, v, key_padding_mask, seed, *lists, causal, dropout_p, softmax_scale, tiles)
     if torch.compiler.is_compiling():
-        return torch.ops.lra_kernels.flash_fwd(*args)
-    return autograd.FlashFunction.apply(*args)
+        return torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, *lists, causal, dropout_p,
+                                               softmax_scale, tiles)
+    return autograd.FlashFunction.apply(q, k, v, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale,
+                                        tiles)
 
 
 def attention_packed(qkv: Tensor, views: tuple[Tensor, Tensor, Tensor], key_padding_mask: Optional[Tensor],

@@ -58,12 +58,20 @@ class Tiles:
     dkdv: PassTiles
     dq: PassTiles
 
+    def __post_init__(self):
+        # the 12 ints, made once: every call passes them on and block-sparse plans are cached by them
+        ints: list[int] = []
+        for p in (self.fwd, self.dkdv, self.dq):
+            ints += [p.block_m, p.block_n, p.num_warps, p.num_stages]
+        object.__setattr__(self, "_ints", tuple(ints))
+
     def as_list(self) -> list[int]:
         """12 ints: (block_m, block_n, num_warps, num_stages) of fwd, dkdv, dq."""
-        out: list[int] = []
-        for p in (self.fwd, self.dkdv, self.dq):
-            out += [p.block_m, p.block_n, p.num_warps, p.num_stages]
-        return out
+        return list(self._ints)
+
+    def as_tuple(self) -> tuple[int, ...]:
+        """:meth:`as_list` as a tuple (made when the object is)."""
+        return self._ints
 
     @staticmethod
     def from_list(values) -> "Tiles":

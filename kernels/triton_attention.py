@@ -21,14 +21,16 @@ exactly zero.
 Numerics (after FlashAttention-2, Dao 2023): scores are scaled by ``softmax_scale * log2(e)`` so
 that ``exp2`` replaces ``exp``; the running max and sum are float32; the forward stores the
 natural-log log-sum-exp (float32, ``-inf`` for a row that sees no key). The backward recomputes
-``P = exp2(S * scale * log2(e) - LSE * log2(e))`` from it (the preprocess kernel stores
-``LSE * log2(e)`` with ``-inf`` turned into ``+inf``, so such rows get ``P = 0``), and computes
-dK/dV in one pass over key tiles and dQ in another pass over query tiles: every output element is
-written by exactly one program, so the backward is deterministic and uses no atomics. With
-``FUSED_DQ`` (the default for calls with dropout, see :func:`kernels.dropout.fused_backward`) the
-dK/dV pass also computes dQ, adding each (query tile, key tile) share into a float32 buffer with
-atomics, and the dQ pass is skipped: one pass, and one dropout-mask generation instead of two, at
-the price of a dQ whose last bits vary from run to run.
+``P = exp2(S * scale * log2(e) - LSE * log2(e))`` from it (``LSE * log2(e)`` is stored with
+``-inf`` turned into ``+inf``, so such rows get ``P = 0``), and computes dQ in one pass over query
+tiles and dK/dV in another pass over key tiles: every output element is written by exactly one
+program, so the backward is deterministic and uses no atomics. The dQ pass runs first and also
+stores each query row's ``delta = rowsum(dO * O) - dLSE`` and rescaled LSE, which the dK/dV pass
+reads: two launches. With ``FUSED_DQ`` (the default for calls with dropout, see
+:func:`kernels.dropout.fused_backward`) the dK/dV pass also computes dQ, adding each (query tile,
+key tile) share into a float32 buffer with atomics, and the dQ pass is skipped: a preprocess
+kernel computes the row statistics and zeroes that buffer, then one pass, with one dropout-mask
+generation instead of two, at the price of a dQ whose last bits vary from run to run.
 
 Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-7 keyed by a 64-bit seed, with
 the counter ``(key index // 16, query index, batch * heads + head, 0)``; its 128 output bits are
@@ -371,20 +373,20 @@ def flash_fwd_kernel(
 
 
 # ---------------------------------------------------------------------------------------------
-# backward: preprocess
+# backward: preprocess of the one-pass (FUSED_DQ) backward
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def flash_bwd_preprocess_kernel(
-    O, DO, LSE, DLSE, DELTA, LSE2, DQ_ACC,
+    O, DO, LSE, DLSE, STATS, DQ_ACC,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     H, N_Q, HEAD_DIM,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr, ZERO_DQ: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr,
 ):
-    """DELTA = rowsum(dO * O) - dLSE and LSE2 = LSE * log2(e) with -inf -> +inf (both float32).
-    ``ZERO_DQ``: also zero the same rows of the one-pass backward's float32 dQ accumulator DQ_ACC
-    (contiguous (B, H, N_Q, HEAD_DIM)), which the dK/dV kernel then adds into: one launch fewer than
-    a separate fill."""
+    """The row statistics of the backward into STATS (see :func:`flash_bwd_dq_kernel`), and
+    zeroes the same rows of the one-pass backward's float32 dQ accumulator DQ_ACC (contiguous (B, H,
+    N_Q, HEAD_DIM)), which the dK/dV kernel then adds into: one launch fewer than a separate fill.
+    (The two-pass backward has no preprocess: its dQ kernel computes the row statistics.)"""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b64 = (pid_bh // H).to(tl.int64)
@@ -400,12 +402,12 @@ def flash_bwd_preprocess_kernel(
     row_ok = offs_m < N_Q
     if HAS_DLSE:
         delta = delta - tl.load(DLSE + row, mask=row_ok, other=0.0)
-    tl.store(DELTA + row, delta, mask=row_ok)
+    stats = STATS + pid_bh.to(tl.int64) * 2 * N_Q + offs_m
+    tl.store(stats, delta, mask=row_ok)
     lse = tl.load(LSE + row, mask=row_ok, other=0.0)
-    tl.store(LSE2 + row, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C), mask=row_ok)
-    if ZERO_DQ:
-        tl.store(DQ_ACC + row[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
-                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+    tl.store(stats + N_Q, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C), mask=row_ok)
+    tl.store(DQ_ACC + row[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
+             mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,7 +475,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_bas
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, PAD, SEED, IDX, CNT,
+    Q, K, V, DO, DK, DV, DQ_ACC, STATS, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -489,7 +491,9 @@ def flash_bwd_dkdv_kernel(
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
     FUSED_DQ: tl.constexpr,
 ):
-    """dK and dV: one program per (key tile, batch * head), looping over query tiles.
+    """dK and dV: one program per (key tile, batch * head), looping over query tiles. Reads the query
+    rows' statistics STATS, stored by the dQ kernel launched before it (or, with ``FUSED_DQ``, by the
+    preprocess kernel).
 
     ``FUSED_DQ`` (the one-pass backward, the default under dropout): the loop also computes
     dQ, adding every (query tile, key tile) share into ``DQ_ACC``, a zero-initialised contiguous
@@ -521,8 +525,8 @@ def flash_bwd_dkdv_kernel(
         v = v.to(tl.float32)
     q_ptrs0 = Q + b64 * stride_qb + h64 * stride_qh + offs_m0[:, None] * stride_qm + offs_d[None, :] * stride_qd
     do_ptrs0 = DO + b64 * stride_dob + h64 * stride_doh + offs_m0[:, None] * stride_dom + offs_d[None, :] * stride_dod
-    lse2_base = LSE2 + pid_bh.to(tl.int64) * N_Q
-    delta_base = DELTA + pid_bh.to(tl.int64) * N_Q
+    delta_base = STATS + pid_bh.to(tl.int64) * 2 * N_Q
+    lse2_base = delta_base + N_Q
     if HAS_DROPOUT:
         seed = tl.load(SEED)
     else:
@@ -634,10 +638,11 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pa
 
 @triton.jit
 def flash_bwd_dq_kernel(
-    Q, K, V, DO, DQ, LSE2, DELTA, PAD, SEED, IDX, CNT,
+    Q, K, V, O, DO, DQ, LSE, DLSE, STATS, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     stride_pb, stride_pn,
@@ -646,9 +651,15 @@ def flash_bwd_dq_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, HAS_DLSE: tl.constexpr,
 ):
-    """dQ: one program per (query tile, batch * head), looping over key tiles."""
+    """dQ: one program per (query tile, batch * head), looping over key tiles; launched before the
+    dK/dV kernel, whose per-row statistics it computes and stores for its own query rows into STATS,
+    a contiguous float32 (B, H, 2, N_Q) buffer: ``STATS[b, h, 0]`` = delta = rowsum(dO * O) - dLSE
+    (``HAS_DLSE``), ``STATS[b, h, 1]`` = LSE2 = LSE * log2(e) with -inf -> +inf. Every query tile
+    row of every (batch, head) has a program, with or without key tiles to visit (causal rows that
+    see no key, block-sparse rows without blocks), so every row is written (rows past N_Q read as
+    zero dO and O and LSE -inf)."""
     # float scalars: float32 (see flash_fwd_kernel)
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -668,13 +679,36 @@ def flash_bwd_dq_kernel(
                        EVEN_M, EVEN_D)
     do = _load_resident(DO, b64, h64, stride_dob, stride_doh, stride_dom, stride_dod, offs_m, N_Q, offs_d, HEAD_DIM,
                         EVEN_M, EVEN_D)
+    o = _load_resident(O, b64, h64, stride_ob, stride_oh, stride_om, stride_od, offs_m, N_Q, offs_d, HEAD_DIM,
+                       EVEN_M, EVEN_D)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     if EVEN_M:
-        lse2 = tl.load(LSE2 + row)
-        delta = tl.load(DELTA + row)
+        lse = tl.load(LSE + row)
+        if HAS_DLSE:
+            delta = delta - tl.load(DLSE + row)
     else:
-        lse2 = tl.load(LSE2 + row, mask=offs_m < N_Q, other=float("inf"))
-        delta = tl.load(DELTA + row, mask=offs_m < N_Q, other=0.0)
+        lse = tl.load(LSE + row, mask=offs_m < N_Q, other=float("-inf"))
+        if HAS_DLSE:
+            delta = delta - tl.load(DLSE + row, mask=offs_m < N_Q, other=0.0)
+    # a row that sees no key (LSE = -inf) gets LSE2 = +inf: P = exp2(S - LSE2) = 0 in both passes
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C)
+    stats = STATS + pid_bh.to(tl.int64) * 2 * N_Q + offs_m
+    if EVEN_M:
+        tl.store(stats, delta)
+        tl.store(stats + N_Q, lse2)
+    else:
+        tl.store(stats, delta, mask=offs_m < N_Q)
+        tl.store(stats + N_Q, lse2, mask=offs_m < N_Q)
+    # the loop reads delta back from STATS (after a barrier: other threads of the program stored it)
+    # instead of taking the reduction's result, whose layout the compiler would carry into the loop:
+    # on sm_90 the float32 d=128 variant then spills (~340 spill stores against ~4; compile_check
+    # --ptx --resources)
+    tl.debug_barrier()
+    if EVEN_M:
+        delta = tl.load(stats)
+    else:
+        delta = tl.load(stats, mask=offs_m < N_Q, other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
         do = do.to(tl.float32)

@@ -1,0 +1,144 @@
+"""The backward's per-row statistics: every query row gets its delta (rowsum(dO * O) - dLSE) and its
+rescaled log-sum-exp (LSE * log2(e), -inf -> +inf) written before the dK/dV kernel reads them -- by the
+dQ kernel in the two-pass backward (a program per query tile row, whether or not it has keys to
+visit), by the preprocess kernel in the one-pass dropout backward.
+
+The tests fill the statistics' buffer with NaN before the launches (``launch_args.backward_buffers``
+wrapped), so a row that no program writes shows up, and compare it with the statistics computed in
+float64 from the forward's own output and lse.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from kernel_helpers import DEVICE, TOL, deterministic, make_qkv
+from kernel_reference import attention_reference, expand_layout, rel_err
+
+from kernels import (BlockSparseLayout, block_sparse_flash_attention, flash_attention, flash_attention_qkvpacked,
+                     launch_args)
+from kernels.tiles import PassTiles, Tiles, override
+
+# several query tile rows per pass (70 queries: 3 dQ tile rows of 32, the last ragged)
+SMALL = Tiles(PassTiles(32, 16), PassTiles(16, 32), PassTiles(32, 16))
+
+
+@pytest.fixture
+def buffers(monkeypatch):
+    """The (B, H, 2, N_q) statistics buffer (delta, lse2) of every backward, NaN until a kernel writes it."""
+    made = []
+    original = launch_args.backward_buffers
+
+    def nan_filled(*args, **kwargs):
+        stats, dq_acc = original(*args, **kwargs)
+        stats.fill_(float("nan"))
+        made.append(stats)
+        return stats, dq_acc
+
+    monkeypatch.setattr(launch_args, "backward_buffers", nan_filled)
+    return made
+
+
+def _check_stats(buffers, out, lse, grad_out, grad_lse=None):
+    """The one backward's buffers against rowsum(dO * O) - dLSE and LSE * log2(e) (+inf where -inf)."""
+    assert len(buffers) == 1
+    delta, lse2 = buffers[0].cpu().unbind(2)
+    assert not delta.isnan().any() and not lse2.isnan().any(), "a query row's statistics were not written"
+    want_delta = (grad_out.double() * out.detach().double()).sum(-1).cpu()
+    if grad_lse is not None:
+        want_delta -= grad_lse.double().cpu()
+    lse = lse.detach().double().cpu()
+    want_lse2 = torch.where(torch.isneginf(lse), math.inf, lse * math.log2(math.e))
+    assert torch.allclose(delta.double(), want_delta, rtol=1e-4, atol=1e-4)
+    assert torch.equal(torch.isposinf(lse2), torch.isneginf(lse))
+    finite = torch.isfinite(want_lse2)
+    assert torch.allclose(lse2.double()[finite], want_lse2[finite], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_q,n_k,causal,padded", [
+    (70, 30, True, False),   # causal, N_q > N_k: the first 40 rows (a whole dQ tile row) see no key
+    (70, 90, False, True),   # ragged N_q != N_k, one batch entirely padded
+    (64, 64, True, True),    # every side a multiple of its tile
+])
+def test_lse_gradient_rows_without_keys(buffers, n_q, n_k, causal, padded):
+    """With an lse gradient on every row: delta and lse2 of every row, gradients as the reference's,
+    and rows that see no key pass exactly zero gradient (their lse is -inf; dLSE does not leak)."""
+    q, k, v = make_qkv(2, 2, n_q, n_k, 16, torch.float32, seed=11)
+    mask = None
+    if padded:
+        mask = torch.zeros(2, n_k, dtype=torch.bool, device=DEVICE)
+        mask[0] = True
+        mask[1, n_k - 9:] = True
+    g = torch.Generator().manual_seed(12)
+    grad_out = torch.randn(2, 2, n_q, 16, generator=g).to(DEVICE)
+    grad_lse = torch.randn(2, 2, n_q, generator=g).to(DEVICE)
+    with override(SMALL):
+        out, lse = flash_attention(q, k, v, causal=causal, key_padding_mask=mask, return_lse=True)
+        torch.autograd.backward((out, lse), (grad_out, grad_lse))
+    _check_stats(buffers, out, lse, grad_out, grad_lse)
+
+    qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref, ref_lse = attention_reference(qr, kr, vr, causal=causal, key_padding_mask=mask)
+    seen = torch.isfinite(ref_lse)
+    # rows without keys: their -inf lse takes no gradient in the reference (masked before the sum)
+    ((ref * grad_out.double()).sum() + torch.where(seen, ref_lse * grad_lse.double(), 0.0).sum()).backward()
+    for name, got, want in (("dq", q.grad, qr.grad), ("dk", k.grad, kr.grad), ("dv", v.grad, vr.grad)):
+        assert torch.isfinite(want).all()
+        assert rel_err(got, want) < TOL[torch.float32], name
+    unseen = ~seen
+    assert unseen.any()
+    assert torch.all(q.grad[unseen] == 0) and torch.all(out.detach()[unseen] == 0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_sparse_rows_without_blocks(buffers, causal):
+    """Block-sparse: a query block row with no block (and, causal, rows that see none of their
+    blocks) still gets its statistics from its dQ program; gradients as the reference's."""
+    n = 70
+    layout = torch.ones(2, 5, 5, dtype=torch.bool)
+    layout[0, 1] = False  # head 0: query block row 1 attends to nothing
+    layout[1, :, 0] = False  # head 1: no query sees key block 0 (causal: query block 0 sees nothing)
+    layout[1, 3, 2:] = False
+    layout = layout.to(DEVICE)
+    q, k, v = make_qkv(2, 2, n, n, 16, torch.float32, seed=13)
+    grad_out = torch.randn(2, 2, n, 16, generator=torch.Generator().manual_seed(14)).to(DEVICE)
+    out = block_sparse_flash_attention(q, k, v, BlockSparseLayout.from_dense(layout, 16), block_size=16,
+                                       causal=causal)
+    out.backward(grad_out)
+    qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref, ref_lse = attention_reference(qr, kr, vr, causal=causal, allowed=expand_layout(layout, 16, n, n)[None])
+    _check_stats(buffers, out, ref_lse, grad_out)
+    ref.backward(grad_out.double())
+    for name, got, want in (("dq", q.grad, qr.grad), ("dk", k.grad, kr.grad), ("dv", v.grad, vr.grad)):
+        assert rel_err(got, want) < TOL[torch.float32], name
+    assert torch.all(q.grad[0, 0, 16:32] == 0)
+
+
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_dropout_both_backward_forms(buffers, one_pass):
+    """Under dropout: the two-pass backward (deterministic algorithms) gets the statistics from its dQ
+    kernel, the one-pass backward from its preprocess kernel; ragged N_q > N_k, causal."""
+    q, k, v = make_qkv(1, 2, 70, 45, 16, torch.float32, seed=15)
+    grad_out = torch.randn(1, 2, 70, 16, generator=torch.Generator().manual_seed(16)).to(DEVICE)
+    with override(SMALL):
+        if one_pass:
+            out, lse = flash_attention(q, k, v, causal=True, dropout_p=0.2, return_lse=True)
+            out.backward(grad_out)
+        else:
+            with deterministic():
+                out, lse = flash_attention(q, k, v, causal=True, dropout_p=0.2, return_lse=True)
+                out.backward(grad_out)
+    _check_stats(buffers, out, lse, grad_out)
+
+
+def test_packed(buffers):
+    """The packed path (its own backward call, gradients written into one dQKV)."""
+    qkv = torch.randn(2, 50, 3, 2, 16, generator=torch.Generator().manual_seed(17)).to(DEVICE).requires_grad_()
+    grad = torch.randn(2, 50, 2, 16, generator=torch.Generator().manual_seed(18)).to(DEVICE)
+    with override(SMALL):
+        out = flash_attention_qkvpacked(qkv, causal=True)
+        out.backward(grad)
+    q, k, v = (qkv.detach()[:, :, i].transpose(1, 2) for i in range(3))
+    _ref, ref_lse = attention_reference(q, k, v, causal=True)
+    _check_stats(buffers, out.transpose(1, 2), ref_lse, grad.transpose(1, 2))
