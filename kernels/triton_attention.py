@@ -79,6 +79,20 @@ def _load_tile(ptrs, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr, EVE
 
 
 @triton.jit
+def _rounded(x, PTR, UPCAST: tl.constexpr):
+    """float32 ``x`` converted to the element type of ``PTR`` for a store. Triton's interpreter
+    truncates float32 -> bfloat16 where the GPU rounds to nearest even; under UPCAST (the
+    interpreter with bfloat16 inputs) the rounding is done here, so that CPU results carry the
+    GPU's rounding error, not a larger one."""
+    if UPCAST:
+        if PTR.dtype.element_ty == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(PTR.dtype.element_ty)
+
+
+@triton.jit
 def _store_tile(ptrs, x, offs_r, n_rows, offs_d, head_dim, EVEN_R: tl.constexpr, EVEN_D: tl.constexpr):
     if EVEN_R:
         if EVEN_D:
@@ -265,14 +279,18 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptr
         if HAS_PAD:
             padded = tl.load(pad_ptrs0 + start_n * stride_pn, mask=cols < N_K, other=1)
             qk = tl.where(padded[None, :] == 0, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        # m: the running row maximum of the raw scores. Subtracting before scaling makes the largest
+        # score's p exactly 1 (an FMA of qk * scale - m * scale would leave its rounding residual),
+        # so a row whose mass sits on one key outputs that key's v exactly and its backward's
+        # rowsum(dO * O) matches dP there (tests/kernels/test_peaked_gradients.py)
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
         if MASKED or HAS_PAD:
             # a row with no allowed key so far keeps m = -inf; subtract 0 instead (p = 0, no NaN)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         else:
             m_use = m_new
-        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2((qk - m_use[:, None]) * qk_scale)
+        alpha = tl.math.exp2((m_i - m_use) * qk_scale)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
@@ -362,9 +380,9 @@ def flash_fwd_kernel(
     if HAS_DROPOUT:
         inv_l = inv_l * drop_scale
     out = acc * inv_l[:, None]
-    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * LN2_C, float("-inf"))
+    lse = tl.where(seen, (m_i * qk_scale + tl.math.log2(tl.where(seen, l_i, 1.0))) * LN2_C, float("-inf"))
     o_ptrs = O + b64 * stride_ob + h64 * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    _store_tile(o_ptrs, out.to(O.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+    _store_tile(o_ptrs, _rounded(out, O, UPCAST), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
     lse_ptrs = LSE + pid_bh.to(tl.int64) * N_Q + offs_m
     if EVEN_M:
         tl.store(lse_ptrs, lse)
@@ -584,9 +602,9 @@ def flash_bwd_dkdv_kernel(
         dk = tl.where(padded[:, None] == 0, dk, 0.0)
         dv = tl.where(padded[:, None] == 0, dv, 0.0)
     _store_tile(DK + b64 * stride_dkb + h64 * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-                dk.to(DK.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+                _rounded(dk, DK, UPCAST), offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
     _store_tile(DV + b64 * stride_dvb + h64 * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
-                dv.to(DV.dtype.element_ty), offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
+                _rounded(dv, DV, UPCAST), offs_n, N_K, offs_d, HEAD_DIM, EVEN_N, EVEN_D)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -739,7 +757,7 @@ def flash_bwd_dq_kernel(
                        HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
     dq = dq * sm_scale
     _store_tile(DQ + b64 * stride_dqb + h64 * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-                dq.to(DQ.dtype.element_ty), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+                _rounded(dq, DQ, UPCAST), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
 
 
 # ---------------------------------------------------------------------------------------------

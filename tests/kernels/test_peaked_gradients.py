@@ -1,5 +1,6 @@
 """16-bit gradients under a peaked softmax: our kernel's dQ, dK, dV error against a float64 reference is
-no worse than that of SDPA's FlashAttention-2 and cuDNN back-ends on the same inputs (CUDA only).
+no worse than that of SDPA's FlashAttention-2 and cuDNN back-ends on the same inputs (on the CPU,
+through Triton's interpreter: than PyTorch's CPU flash kernel, at smaller sizes).
 
 q and k are scaled by 10 and by 100, so each query's probability mass sits on a few keys and the
 backward's ``P * (dP - delta)`` cancels almost exactly: the rounding of O (and so of delta) to 16 bits
@@ -17,11 +18,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from kernels import flash_attention
 from kernel_reference import attention_reference, rel_err
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="compares with SDPA's CUDA back-ends")
+from kernel_helpers import DEVICE
 
 SLACK = 1.15  # rounding noise between implementations of the same algorithm
 DRAWS = 3
-BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+CUDA = DEVICE.type == "cuda"
+BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, **({"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION} if CUDA else {})}
+SHAPE = (2, 2, 512) if CUDA else (1, 2, 128)  # (B, H, N); the head dim is a parameter
 
 
 def _grads(fn, q, k, v, grad_out):
@@ -31,9 +34,8 @@ def _grads(fn, q, k, v, grad_out):
 
 
 def _errors(dtype, magnitude, d, draw):
-    gen = torch.Generator(device="cuda").manual_seed(1000 * draw + d)
-    shape = (2, 2, 512, d)
-    q, k, v, grad_out = (torch.randn(shape, device="cuda", generator=gen) for _ in range(4))
+    gen = torch.Generator(device=DEVICE).manual_seed(1000 * draw + d)
+    q, k, v, grad_out = (torch.randn((*SHAPE, d), device=DEVICE, generator=gen) for _ in range(4))
     q, k = q * magnitude, k * magnitude
     q, k, v, grad_out = (x.to(dtype) for x in (q, k, v, grad_out))
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
@@ -50,16 +52,18 @@ def _errors(dtype, magnitude, d, draw):
             for name, fn in impls.items()}
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+# On the CPU bfloat16 only: PyTorch's CPU flash kernel computes float16 in float32 (no 16-bit P), so
+# it is no float16 anchor for a kernel that rounds P to 16 bits as the GPU kernels all do.
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16] if CUDA else [torch.bfloat16],
+                         ids=["bf16", "fp16"] if CUDA else ["bf16"])
 @pytest.mark.parametrize("magnitude", [10.0, 100.0], ids=["x10", "x100"])
-@pytest.mark.parametrize("d", [32, 64, 128])
+@pytest.mark.parametrize("d", [32, 64, 128] if CUDA else [32, 64])
 def test_peaked_gradient_error_is_no_worse_than_sdpa(dtype, magnitude, d):
     draws = [_errors(dtype, magnitude, d, i) for i in range(DRAWS)]
     median = {name: [statistics.median(draw[name][j] for draw in draws) for j in range(3)] for name in draws[0]}
     print(f"\n{str(dtype)[6:]} x{magnitude:g} d={d}: " + "; ".join(
         f"{name} dq {e[0]:.2e} dk {e[1]:.2e} dv {e[2]:.2e}" for name, e in median.items()))
     for j, grad in enumerate(("dq", "dk", "dv")):
-        anchor = min(median["sdpa_flash"][j], median["sdpa_cudnn"][j])
-        assert median["ours"][j] <= SLACK * anchor + 1e-6, (
-            f"{grad}: ours {median['ours'][j]:.3e} vs SDPA flash {median['sdpa_flash'][j]:.3e}, "
-            f"cuDNN {median['sdpa_cudnn'][j]:.3e}")
+        anchors = {name: median[name][j] for name in BACKENDS}
+        assert median["ours"][j] <= SLACK * min(anchors.values()) + 1e-6, (
+            f"{grad}: ours {median['ours'][j]:.3e} vs " + ", ".join(f"{n} {e:.3e}" for n, e in anchors.items()))
