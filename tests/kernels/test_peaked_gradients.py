@@ -24,6 +24,12 @@ SLACK = 1.15  # rounding noise between implementations of the same algorithm
 DRAWS = 3
 CUDA = DEVICE.type == "cuda"
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, **({"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION} if CUDA else {})}
+# Cells still behind an anchor on the H200 (results/kernels/peaked_gradients_h200.log); strict: a
+# cell that passes fails the run, so that it leaves this list.
+KNOWN_GAPS = {
+    (64, 100.0, torch.float16): "dV 8.2e-4 vs SDPA flash 1.9e-4 (cuDNN 9.0e-4): the backward recomputes P "
+                                "from one float32 LSE per row, whose rounding at |scores| ~ 4e4 shifts P by ~0.2 %",
+}
 SHAPE = (2, 2, 512) if CUDA else (1, 2, 128)  # (B, H, N); the head dim is a parameter
 
 
@@ -58,7 +64,10 @@ def _errors(dtype, magnitude, d, draw):
                          ids=["bf16", "fp16"] if CUDA else ["bf16"])
 @pytest.mark.parametrize("magnitude", [10.0, 100.0], ids=["x10", "x100"])
 @pytest.mark.parametrize("d", [32, 64, 128] if CUDA else [32, 64])
-def test_peaked_gradient_error_is_no_worse_than_sdpa(dtype, magnitude, d):
+def test_peaked_gradient_error_is_no_worse_than_sdpa(dtype, magnitude, d, request):
+    gap = KNOWN_GAPS.get((d, magnitude, dtype)) if CUDA else None
+    if gap:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=gap))
     draws = [_errors(dtype, magnitude, d, i) for i in range(DRAWS)]
     median = {name: [statistics.median(draw[name][j] for draw in draws) for j in range(3)] for name in draws[0]}
     print(f"\n{str(dtype)[6:]} x{magnitude:g} d={d}: " + "; ".join(
