@@ -6,8 +6,9 @@
 #   scripts/model_step_grid.sh OUT [MINUTES]
 #
 # Writes OUT/<regime>_<mode>.{csv,md,meta.json} (paper batch = 262,144 tokens per step, small =
-# 32,768; modes eager, compiled, cudagraphs = torch.compile mode reduce-overhead), the baselines at
-# the small batch up to 64K, and OUT/efficiency.md. Every file resumes (`--resume` keeps measured
+# 32,768; modes eager, compiled, cudagraphs = torch.compile mode reduce-overhead), OUT/user_<mode>.*
+# (`--model user`: the kernel as a drop-in in a plain torch.nn model), the baselines at the small
+# batch up to 64K, and OUT/efficiency.md. Every file resumes (`--resume` keeps measured
 # cells); with MINUTES no new file is started after the deadline, and running the same command
 # again measures what is missing.
 set -euo pipefail
@@ -34,6 +35,10 @@ bench small_eager      --regimes small --modes eager    --steps 100 --rounds 10 
 bench small_compiled   --regimes small --modes compiled --steps 100 --rounds 10 --seq-lens "${LENGTHS[@]}" --attentions "${EXACT[@]}"
 bench small_cudagraphs --regimes small --modes compiled --compile-mode reduce-overhead --steps 100 --rounds 10 \
   --seq-lens 1024 4096 --attentions sdpa flash flash_sparse
+# a user's own model (plain torch.nn, q/k/v strided views) calling our kernel against SDPA's back-ends
+USER=(flash sdpa sdpa_flash)
+bench user_eager    --model user --regimes small paper --modes eager    --steps 40 --rounds 4 --seq-lens "${LENGTHS[@]}" --attentions "${USER[@]}"
+bench user_compiled --model user --regimes small paper --modes compiled --steps 40 --rounds 4 --seq-lens "${LENGTHS[@]}" --attentions "${USER[@]}"
 # approximate baselines next to our kernels, small batch, up to 64K tokens
 bench small_eager_baselines --regimes small --modes eager --steps 20 \
   --seq-lens "${LENGTHS[@]}" --long-seq-lens 32768 65536 --attentions performer linformer bigbird flash flash_sparse

@@ -106,7 +106,9 @@ def test_model_step_grid_resumes_every_file(tmp_path):
     bench = [c["argv"] for c in calls if c["argv"][:2] == ["bench", "models"]]
     outs = [Path(a[a.index("--out") + 1]).stem for a in bench]
     assert outs == ["paper_eager", "paper_compiled", "small_eager", "small_compiled", "small_cudagraphs",
-                    "small_eager_baselines"]
+                    "user_eager", "user_compiled", "small_eager_baselines"]
+    assert all(a[a.index("--model") + 1] == "user" for a in bench if "--model" in a)
+    assert ["--model" in a for a in bench].count(True) == 2
     assert all("--resume" in a and "--interleave" in a for a in bench)
     cudagraphs = bench[outs.index("small_cudagraphs")]
     assert cudagraphs[cudagraphs.index("--compile-mode") + 1] == "reduce-overhead"
