@@ -390,6 +390,23 @@ def flash_fwd_kernel(
         tl.store(lse_ptrs, lse, mask=offs_m < N_Q)
 
 
+@triton.jit
+def _row_stats(o, do, LSE, DLSE, row, row_ok, HAS_DLSE: tl.constexpr, EVEN_M: tl.constexpr):
+    """The backward's statistics of query rows ``row`` (flat (batch * head, N_Q) indices; ``row_ok``:
+    within N_Q) from their O and dO tiles: delta = rowsum(dO * O) - dLSE (``HAS_DLSE``) and LSE2 =
+    LSE * log2(e), with -inf -> +inf so that a row that sees no key gets P = exp2(S - LSE2) = 0."""
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    if EVEN_M:
+        lse = tl.load(LSE + row)
+        if HAS_DLSE:
+            delta = delta - tl.load(DLSE + row)
+    else:
+        lse = tl.load(LSE + row, mask=row_ok, other=float("-inf"))
+        if HAS_DLSE:
+            delta = delta - tl.load(DLSE + row, mask=row_ok, other=0.0)
+    return delta, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C)
+
+
 # ---------------------------------------------------------------------------------------------
 # backward: preprocess of the one-pass (FUSED_DQ) backward
 # ---------------------------------------------------------------------------------------------
@@ -412,18 +429,15 @@ def flash_bwd_preprocess_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     o = _load_tile(O + b64 * stride_ob + h64 * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-                   offs_m, N_Q, offs_d, HEAD_DIM, False, False).to(tl.float32)
+                   offs_m, N_Q, offs_d, HEAD_DIM, False, False)
     do = _load_tile(DO + b64 * stride_dob + h64 * stride_doh + offs_m[:, None] * stride_dom
-                    + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, False, False).to(tl.float32)
-    delta = tl.sum(o * do, 1)
+                    + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, False, False)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     row_ok = offs_m < N_Q
-    if HAS_DLSE:
-        delta = delta - tl.load(DLSE + row, mask=row_ok, other=0.0)
+    delta, lse2 = _row_stats(o, do, LSE, DLSE, row, row_ok, HAS_DLSE, False)
     stats = STATS + pid_bh.to(tl.int64) * 2 * N_Q + offs_m
     tl.store(stats, delta, mask=row_ok)
-    lse = tl.load(LSE + row, mask=row_ok, other=0.0)
-    tl.store(stats + N_Q, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C), mask=row_ok)
+    tl.store(stats + N_Q, lse2, mask=row_ok)
     tl.store(DQ_ACC + row[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
@@ -699,18 +713,8 @@ def flash_bwd_dq_kernel(
                         EVEN_M, EVEN_D)
     o = _load_resident(O, b64, h64, stride_ob, stride_oh, stride_om, stride_od, offs_m, N_Q, offs_d, HEAD_DIM,
                        EVEN_M, EVEN_D)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
-    if EVEN_M:
-        lse = tl.load(LSE + row)
-        if HAS_DLSE:
-            delta = delta - tl.load(DLSE + row)
-    else:
-        lse = tl.load(LSE + row, mask=offs_m < N_Q, other=float("-inf"))
-        if HAS_DLSE:
-            delta = delta - tl.load(DLSE + row, mask=offs_m < N_Q, other=0.0)
-    # a row that sees no key (LSE = -inf) gets LSE2 = +inf: P = exp2(S - LSE2) = 0 in both passes
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C)
+    delta, lse2 = _row_stats(o, do, LSE, DLSE, row, offs_m < N_Q, HAS_DLSE, EVEN_M)
     stats = STATS + pid_bh.to(tl.int64) * 2 * N_Q + offs_m
     if EVEN_M:
         tl.store(stats, delta)
