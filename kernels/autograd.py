@@ -9,8 +9,6 @@ launch-bound model step pays per layer. Both forms run the same launches (:mod:`
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -19,22 +17,6 @@ from .validation import check_packed_qkv
 
 Tensor = torch.Tensor
 _NO_INPUT_GRADS = (None,) * 12  # gradients of the ops' non-tensor and index-list inputs
-
-
-def _once_differentiable(backward):
-    """``torch.autograd.function.once_differentiable`` (the backward kernels are not differentiable:
-    a double backward raises) for a backward that autograd usually calls with grad mode off
-    (``create_graph=False``), where that wrapper's ``no_grad`` block and checks change nothing: then
-    ``backward`` is called directly (a context manager's cost less per call), else through the
-    wrapper."""
-    wrapped = once_differentiable(backward)
-
-    @functools.wraps(backward)
-    def dispatch(ctx, *grads):
-        if torch.is_grad_enabled():
-            return wrapped(ctx, *grads)
-        return backward(ctx, *grads)
-    return dispatch
 
 
 def setup_context(ctx, inputs, output):
@@ -78,7 +60,7 @@ class FlashFunction(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    @_once_differentiable
+    @once_differentiable  # the backward kernels are not differentiable: a double backward raises
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
         if grad_out is None:
@@ -126,7 +108,7 @@ class PackedFlashFunction(torch.autograd.Function):
         return out.transpose(1, 2)
 
     @staticmethod
-    @_once_differentiable
+    @once_differentiable
     def backward(ctx, grad):
         q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
         if grad is None:
