@@ -422,7 +422,7 @@ class SaveOnInterrupt(pl.Callback):
                 self._loader_state = self._before_fetch[1]
         self._trained = done
         try:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resuming needs it
         except Exception as err:  # noqa: BLE001 - never hide the original exception
             rank_zero_info(f"could not save an interrupt checkpoint: {err}")
         finally:

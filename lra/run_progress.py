@@ -27,8 +27,9 @@ class StepLines(pl.Callback):
         super().__init__()
         self.every_s = every_s
         self._last: float | None = None
-        self._samples = 0
-        self._since: float | None = None
+        self._samples = 0                   # samples trained since the last line
+        self._trained_s = 0.0               # seconds spent training (not validating) since the last line
+        self._since: float | None = None    # start of the current stretch of training
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self._since is None:
@@ -47,14 +48,17 @@ class StepLines(pl.Callback):
         parts = [f"step {trainer.global_step}/{trainer.max_steps}"]
         if loss is not None:
             parts.append(f"loss {float(loss):.4f}")
-        elapsed = now - (self._since or now)
+        elapsed = self._trained_s + now - (self._since or now)
         if elapsed > 0 and self._samples:
             parts.append(f"{self._samples / elapsed:,.0f} samples/s")
-        self._samples, self._since = 0, now
+        self._samples, self._trained_s, self._since = 0, 0.0, now
         print("  ".join(parts), flush=True)
 
-    def on_validation_end(self, trainer, pl_module):
-        self._since = None          # throughput of training only
+    def on_validation_start(self, trainer, pl_module):
+        # throughput of training only: the stretch before a validation counts, the validation not
+        if self._since is not None:
+            self._trained_s += time.perf_counter() - self._since
+            self._since = None
 
 
 @dataclass(frozen=True)

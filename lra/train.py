@@ -463,7 +463,7 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
         trainer.fit(module, datamodule=dm, ckpt_path=resume_from, **_OWN_CHECKPOINT)
         # Testing restores the best checkpoint, callback states included: take the summary first.
         summary = stats.summary()
-        trainer.save_checkpoint(last)  # the final state (a max_time stop may come after the last validation)
+        trainer.save_checkpoint(last, weights_only=False)  # the final state (a stop may follow the last validation)
         best_path = best.best_model_path or None
         results = trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False, **_OWN_CHECKPOINT)
         test_acc = float(results[0]["test/acc"]) if results and "test/acc" in results[0] else None

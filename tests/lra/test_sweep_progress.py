@@ -44,6 +44,35 @@ def test_step_lines_print_the_first_step_at_once_then_every_few_seconds():
     assert len(printed) == 1 and printed[0].startswith("step 1/20  loss 2.5000")
 
 
+def test_step_lines_rate_counts_training_time_only_across_a_validation(monkeypatch):
+    """8 samples per batch; 1 s of training, a 100 s validation, 1 s more: 32 samples in 2 s of
+    training is 16 samples/s (not 32 samples over the 1 s after the validation, nor over 102 s)."""
+    import torch
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    trainer = SimpleNamespace(global_step=1, max_steps=20, world_size=1, is_global_zero=True, callback_metrics={})
+    lines = StepLines(every_s=1.5)
+    batch = {"input_ids": torch.zeros(8, 16)}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        lines.on_train_batch_start(trainer, None, batch, 0)
+        lines.on_train_batch_end(trainer, None, None, batch, 0)            # first line at t = 0
+        for i, t in enumerate((0.5, 1.0)):
+            lines.on_train_batch_start(trainer, None, batch, i + 1)
+            clock[0] = t
+            lines.on_train_batch_end(trainer, None, None, batch, i + 1)
+        lines.on_validation_start(trainer, None)
+        clock[0] = 101.0
+        lines.on_validation_end(trainer, None)
+        for i, t in enumerate((101.5, 102.0)):
+            lines.on_train_batch_start(trainer, None, batch, i + 3)
+            clock[0] = t
+            lines.on_train_batch_end(trainer, None, None, batch, i + 3)
+    printed = out.getvalue().splitlines()
+    assert len(printed) == 2 and printed[1].endswith("  16 samples/s"), printed
+
+
 def test_eta_from_finished_runs_and_step_progress():
     assert seconds_left([], [Run("a", 100, 30.0)], [Run("a", 100)], slots=1) is None   # nothing tells yet
     # no run finished: a run 1/4 through after 60 s takes 240 s; 180 s left + 2 queued x 240 s
