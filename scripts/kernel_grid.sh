@@ -28,8 +28,8 @@ bench --name dense --flex-dynamic --head-dims 32 64 128 --seq-lens "${LENGTHS[@]
   --sparse-layouts none --approx-attentions none
 
 # block-sparse vs FlexAttention with the identical block mask, and our dense kernel for the ratio
-bench --name block_sparse --flex-dynamic --impls ours --head-dims 32 64 --seq-lens "${LENGTHS[@]}" \
-  --sparse-layouts bigbird local butterfly --sparse-head-dims 32 64 --sparse-seq-lens "${LENGTHS[@]}" \
+bench --name block_sparse --flex-dynamic --impls ours --head-dims 32 64 128 --seq-lens "${LENGTHS[@]}" \
+  --sparse-layouts bigbird local butterfly --sparse-head-dims 32 64 128 --sparse-seq-lens "${LENGTHS[@]}" \
   --approx-attentions none
 
 # approximate baselines (Performer, Linformer, BigBird through the registry)
