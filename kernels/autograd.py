@@ -23,26 +23,29 @@ def setup_context(ctx, inputs, output):
     """``setup_context`` of the registered forward op."""
     (q, k, v, key_padding_mask, seed, _fi, _fc, dkdv_indices, dkdv_counts, dq_indices, dq_counts,
      causal, dropout_p, softmax_scale, tiles) = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts)
+    out, row_stats = output
+    ctx.save_for_backward(q, k, v, out, row_stats, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices,
+                          dq_counts)
     ctx.args = (causal, dropout_p, softmax_scale, tiles)
-    # an lse nobody differentiates stays None (HAS_DLSE=False) instead of a zero tensor: under
-    # torch.compile the default would add a fill kernel per call and a read of it in the backward
+    # row statistics (the lse) nobody differentiates stay None (HAS_DLSE=False) instead of a zero
+    # tensor: under torch.compile the default would add a fill kernel per call and a read of it in the
+    # backward
     ctx.set_materialize_grads(False)
 
 
-def op_backward(flash_bwd_op, ctx, grad_out, grad_lse):
+def op_backward(flash_bwd_op, ctx, grad_out, grad_row_stats):
     """Backward of the registered forward op through the registered backward op ``flash_bwd_op``."""
-    q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts = ctx.saved_tensors
+    (q, k, v, out, row_stats, key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices,
+     dq_counts) = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv = flash_bwd_op(grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices,
+    dq, dk, dv = flash_bwd_op(grad_out, grad_row_stats, q, k, v, out, row_stats, key_padding_mask, seed, dkdv_indices,
                               dkdv_counts, dq_indices, dq_counts, *ctx.args)
     return dq, dk, dv, *_NO_INPUT_GRADS
 
 
 class FlashFunction(torch.autograd.Function):
-    """(out, lse) of q, k, v (B, H, N, d) for eager mode, with the registered ops' arguments except
+    """(out, row statistics) of q, k, v (B, H, N, d) for eager mode, with the registered ops' arguments except
     that the six block-sparse index lists (fwd, dK/dV, dQ indices and counts; or six Nones) come as
     one tuple, ``lists``, as in :class:`PackedFlashFunction`: not differentiable, cached plans that
     are never modified, they are kept on ``ctx``, and each argument of ``apply`` fewer saves autograd
@@ -51,22 +54,22 @@ class FlashFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale, tiles):
         with launch_args.device_guard(q):
-            out, lse = launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, seed, lists[0], lists[1],
+            out, row_stats = launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, seed, lists[0], lists[1],
                                            causal, dropout_p, softmax_scale, tiles)
-        ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed)
+        ctx.save_for_backward(q, k, v, out, row_stats, key_padding_mask, seed)
         ctx.lists = lists[2:]  # the backward's index lists (dK/dV, dQ)
         ctx.args = (causal, dropout_p, softmax_scale, tiles)
         ctx.set_materialize_grads(False)
-        return out, lse
+        return out, row_stats
 
     @staticmethod
     @once_differentiable  # the backward kernels are not differentiable: a double backward raises
-    def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
+    def backward(ctx, grad_out, grad_row_stats):
+        q, k, v, out, row_stats, key_padding_mask, seed = ctx.saved_tensors
         if grad_out is None:
             grad_out = torch.zeros_like(out)
         with launch_args.device_guard(q):
-            dq, dk, dv = launch_args.backward(launch_args.eager, grad_out, grad_lse, q, k, v, out, lse,
+            dq, dk, dv = launch_args.backward(launch_args.eager, grad_out, grad_row_stats, q, k, v, out, row_stats,
                                               key_padding_mask, seed, *ctx.lists, *ctx.args)
         return dq, dk, dv, None, None, None, None, None, None, None  # mask, seed, lists, causal, p, scale, tiles
 
@@ -99,9 +102,9 @@ class PackedFlashFunction(torch.autograd.Function):
     def forward(ctx, qkv, views, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale, tiles):
         q, k, v = views
         with launch_args.device_guard(q):
-            out, lse = launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, seed, *lists[:2], causal,
+            out, row_stats = launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, seed, *lists[:2], causal,
                                            dropout_p, softmax_scale, tiles)
-        ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, seed)
+        ctx.save_for_backward(q, k, v, out, row_stats, key_padding_mask, seed)
         ctx.lists = lists[2:]  # the backward's index lists (dK/dV, dQ); not differentiable, never modified
         ctx.args = (causal, dropout_p, softmax_scale, tiles)
         ctx.set_materialize_grads(False)
@@ -110,13 +113,13 @@ class PackedFlashFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        q, k, v, out, lse, key_padding_mask, seed = ctx.saved_tensors
+        q, k, v, out, row_stats, key_padding_mask, seed = ctx.saved_tensors
         if grad is None:
             grad = torch.zeros_like(out).transpose(1, 2)
         B, H, n, d = q.shape
         dqkv = q.new_empty((B, n, 3, H, d))
         with launch_args.device_guard(q):
-            launch_args.backward(launch_args.eager, grad.transpose(1, 2), None, q, k, v, out, lse, key_padding_mask,
-                                 seed, *ctx.lists, *ctx.args, grads=unpack_qkv(dqkv))
+            launch_args.backward(launch_args.eager, grad.transpose(1, 2), None, q, k, v, out, row_stats,
+                                 key_padding_mask, seed, *ctx.lists, *ctx.args, grads=unpack_qkv(dqkv))
         return dqkv, None, None, None, None, None, None, None, None
 

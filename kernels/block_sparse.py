@@ -271,7 +271,7 @@ def block_sparse_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     scale, dropout_p, seed, plans, tiles = _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p,
                                                     softmax_scale)
-    out, _lse = ops.attention(q, k, v, key_padding_mask, seed, plans, causal, dropout_p, scale, tiles)
+    out, _row_stats = ops.attention(q, k, v, key_padding_mask, seed, plans, causal, dropout_p, scale, tiles)
     return out
 
 

@@ -72,7 +72,7 @@ def _variants(quick: bool):
 def _signature(fn, dtype: str, constexprs: dict) -> dict:
     """Triton type of every argument of ``fn`` by its name (constexprs marked as such)."""
     pointer = {"Q": dtype, "K": dtype, "V": dtype, "O": dtype, "DO": dtype, "DQ": dtype, "DK": dtype, "DV": dtype,
-               "LSE": "fp32", "STATS": "fp32", "DQ_ACC": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
+               "ROWS": "fp32", "STATS": "fp32", "DQ_ACC": "fp32", "DLSE": "fp32", "PAD": "i1", "SEED": "i64",
                "IDX": "i32", "CNT": "i32", "OUT": "u8"}
     floats = {"qk_scale", "sm_scale", "drop_scale"}
     sig = {}

@@ -7,6 +7,7 @@ import torch
 
 from . import ops
 from .autograd import packed_views
+from .launch_args import lse_of
 from .dropout import draw_seed, fused_backward
 from .tiles import select
 from .validation import check_attention_inputs
@@ -34,7 +35,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
             :mod:`kernels.dropout` and :func:`kernels.dropout_keep_mask`.
         softmax_scale: default ``1 / sqrt(d)``.
         return_lse: also return the float32 log-sum-exp of the scaled scores, (B, H, N_q)
-            (``-inf`` for a row that sees no key). It is differentiable.
+            (``-inf`` for a row that sees no key; a view of the kernels' per-row statistics, not
+            contiguous). It is differentiable.
 
     The output, (B, H, N_q, d), is laid out in memory like q: for views of a fused projection
     (heads inside tokens) it is a view of a contiguous (B, N_q, H, d) tensor, as with SDPA's cuDNN
@@ -49,8 +51,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
     Raises ``ValueError``/``TypeError`` naming the problem for bad input, before any launch.
     """
     scale, dropout_p, seed, tiles = _prepare(q, k, v, key_padding_mask, causal, dropout_p, softmax_scale)
-    out, lse = ops.attention(q, k, v, key_padding_mask, seed, _NO_LISTS, causal, dropout_p, scale, tiles)
-    return (out, lse) if return_lse else out
+    out, row_stats = ops.attention(q, k, v, key_padding_mask, seed, _NO_LISTS, causal, dropout_p, scale, tiles)
+    return (out, lse_of(row_stats)) if return_lse else out
 
 
 def flash_attention_qkvpacked(qkv: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,

@@ -63,14 +63,27 @@ def new_output(q: Tensor) -> Tensor:
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
+def new_row_stats(q: Tensor) -> Tensor:
+    """The forward's float32 row statistics, contiguous (B, H, 3, N_q): ``[:, :, 0]`` the natural-log
+    log-sum-exp (the public ``lse``), ``[:, :, 1]`` the row max of the raw scores and ``[:, :, 2]``
+    log2 of the softmax denominator, from which the backward recomputes P exactly
+    (:mod:`kernels.triton_attention`). Also the fake kernels' shape function."""
+    B, H, n_q, _ = q.shape
+    return q.new_empty((B, H, 3, n_q), dtype=torch.float32)
+
+
+def lse_of(row_stats: Tensor) -> Tensor:
+    """The log-sum-exp (B, H, N_q), a view of the forward's row statistics."""
+    return row_stats[:, :, 0]
+
+
 def backward_buffers(B: int, H: int, n_q: int, d: int, device: torch.device,
                      fused_dq: bool) -> tuple[Tensor, Optional[Tensor]]:
     """The backward's float32 work buffers, contiguous as the kernels address them: the query rows'
-    statistics (B, H, 2, N_q), ``[:, :, 0]`` delta and ``[:, :, 1]`` the rescaled lse, one buffer
-    (one allocation; written by the dQ kernel, or the preprocess kernel of the one-pass form); and
-    with the one-pass dropout backward dQ's sum (B, H, N_q, d) (zeroed by the preprocess kernel),
-    else None."""
-    stats = torch.empty((B, H, 2, n_q), dtype=torch.float32, device=device)
+    delta = rowsum(dO * O) - dLSE, (B, H, N_q) (written by the dQ kernel, or the preprocess kernel of
+    the one-pass form); and with the one-pass dropout backward dQ's sum (B, H, N_q, d) (zeroed by
+    the preprocess kernel), else None."""
+    stats = torch.empty((B, H, n_q), dtype=torch.float32, device=device)
     dq_acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=device) if fused_dq else None
     return stats, dq_acc
 
@@ -164,7 +177,8 @@ _backward_launch_cached = functools.lru_cache(maxsize=256)(_backward_launch)
 def forward(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
             seed: Optional[Tensor], fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor], causal: bool,
             dropout_p: float, softmax_scale: float, tiles: list[int]) -> tuple[Tensor, Tensor]:
-    """The forward launch: (out (B, H, N_q, d) in q's dtype, laid out like q, lse (B, H, N_q) float32)."""
+    """The forward launch: (out (B, H, N_q, d) in q's dtype, laid out like q, the row statistics
+    (B, H, 3, N_q) float32 of :func:`new_row_stats`)."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     has_pad = key_padding_mask is not None
@@ -172,33 +186,34 @@ def forward(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask:
     grid, scalars, flags = (_forward_launch if launch is traced else _forward_launch_cached)(
         tuple(tiles), q.dtype, q.is_cuda, B, H, n_q, n_k, d, causal, has_pad, dropout_p, sparse, softmax_scale)
     out = new_output(q)
-    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    row_stats = new_row_stats(q)
     launch(kern.flash_fwd_kernel)[grid](
         # unused tensor arguments get q as a placeholder; the mask (bool) is read as 8-bit
-        q, k, v, out, lse, key_padding_mask if has_pad else q, seed if seed is not None else q,
+        q, k, v, out, row_stats, key_padding_mask if has_pad else q, seed if seed is not None else q,
         fwd_indices if sparse else q, fwd_counts if sparse else q,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *(key_padding_mask.stride() if has_pad else (0, 0)),
         *_sparse_strides(fwd_indices, fwd_counts), *scalars, **flags,
     )
-    return out, lse
+    return out, row_stats
 
 
-def backward(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices,
-             dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles,
+def backward(launch: Callable, grad_out, grad_row_stats, q, k, v, out, row_stats, key_padding_mask, seed,
+             dkdv_indices, dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles,
              grads: Optional[tuple] = None):
     """The backward launches -> (dq, dk, dv): the dQ kernel, which also stores every query row's
-    delta and rescaled lse, then the dK/dV kernel, which reads them (launched in that order on one
-    stream, or ordered by the data dependency under the triton_op form). With the one-pass dropout
-    backward (:func:`kernels.dropout.fused_backward`) the preprocess kernel computes delta and the
-    rescaled lse and zeroes a float32 dQ buffer, and the dK/dV kernel computes dQ into it; the dQ
-    kernel is not launched.
+    delta, then the dK/dV kernel, which reads it (launched in that order on one stream, or ordered
+    by the data dependency under the triton_op form); both recompute P from the forward's
+    ``row_stats``. ``grad_row_stats``: the gradient of ``row_stats`` (only its lse row, ``[:, :, 0]``,
+    is differentiable: :func:`lse_of`) or None. With the one-pass dropout backward
+    (:func:`kernels.dropout.fused_backward`) the preprocess kernel computes delta and zeroes a
+    float32 dQ buffer, and the dK/dV kernel computes dQ into it; the dQ kernel is not launched.
     ``grads``: (dq, dk, dv) tensors of q's, k's and v's shapes and dtype, any strides, to write the
     gradients into (the packed path's views of one dQKV tensor); default: new contiguous ones."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     fused_dq = fused_backward(dropout_p)
     has_pad = key_padding_mask is not None
-    has_dlse = grad_lse is not None
+    has_dlse = grad_row_stats is not None
     sparse = dkdv_indices is not None
     first_grid, first, dkdv_grid, dkdv, scalars = (_backward_launch if launch is traced else _backward_launch_cached)(
         tuple(tiles), q.dtype, q.is_cuda, B, H, n_q, n_k, d, causal, has_pad, dropout_p, sparse, softmax_scale,
@@ -210,24 +225,24 @@ def backward(launch: Callable, grad_out, grad_lse, q, k, v, out, lse, key_paddin
         dq = None if fused_dq else torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    dlse = grad_lse.contiguous() if has_dlse else lse  # unused tensor arguments get a placeholder
+    dlse = lse_of(grad_row_stats).contiguous() if has_dlse else row_stats  # placeholder when unused
     pad = key_padding_mask if has_pad else q  # bool, read as 8-bit by the kernels
     pad_strides = key_padding_mask.stride() if has_pad else (0, 0)
     seed_arg = seed if seed is not None else q
     do_strides = grad_out.stride()
     if fused_dq:
         launch(kern.flash_bwd_preprocess_kernel)[first_grid](
-            out, grad_out, lse, dlse, stats, dq_acc, *out.stride(), *do_strides, H, n_q, d, **first,
+            out, grad_out, dlse, stats, dq_acc, *out.stride(), *do_strides, H, n_q, d, **first,
         )
     else:
         launch(kern.flash_bwd_dq_kernel)[first_grid](
-            q, k, v, out, grad_out, dq, lse, dlse, stats, pad, seed_arg,
+            q, k, v, out, grad_out, dq, row_stats, dlse, stats, pad, seed_arg,
             dq_indices if sparse else q, dq_counts if sparse else q,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *do_strides, *dq.stride(), *pad_strides,
             *_sparse_strides(dq_indices, dq_counts), *scalars, **first,
         )
     launch(kern.flash_bwd_dkdv_kernel)[dkdv_grid](
-        q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, stats, pad, seed_arg,
+        q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, stats, row_stats, pad, seed_arg,
         dkdv_indices if sparse else q, dkdv_counts if sparse else q,
         *q.stride(), *k.stride(), *v.stride(), *do_strides, *dk.stride(), *dv.stride(), *pad_strides,
         *_sparse_strides(dkdv_indices, dkdv_counts), *scalars, **dkdv,
@@ -245,15 +260,16 @@ def launch_fwd(
     dq_indices: Optional[Tensor], dq_counts: Optional[Tensor],
     causal: bool, dropout_p: float, softmax_scale: float, tiles: list[int],
 ) -> tuple[Tensor, Tensor]:
-    """The forward op's eager body (its signature is the op's schema): (out, lse) of :func:`forward`."""
+    """The forward op's eager body (its signature is the op's schema): (out, row statistics) of
+    :func:`forward`."""
     with device_guard(q):
         return forward(eager, q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, causal, dropout_p,
                        softmax_scale, tiles)
 
 
 def launch_bwd(
-    grad_out: Tensor, grad_lse: Optional[Tensor],
-    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+    grad_out: Tensor, grad_row_stats: Optional[Tensor],
+    q: Tensor, k: Tensor, v: Tensor, out: Tensor, row_stats: Tensor,
     key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
     dkdv_indices: Optional[Tensor], dkdv_counts: Optional[Tensor],
     dq_indices: Optional[Tensor], dq_counts: Optional[Tensor],
@@ -261,5 +277,5 @@ def launch_bwd(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The backward op's eager body: (dq, dk, dv) of :func:`backward`, contiguous, in the inputs' dtype."""
     with device_guard(q):
-        return backward(eager, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices,
-                        dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles)
+        return backward(eager, grad_out, grad_row_stats, q, k, v, out, row_stats, key_padding_mask, seed,
+                        dkdv_indices, dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles)

@@ -44,21 +44,20 @@ def _traceable_fwd(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkd
 
 
 @functools.wraps(launch_args.launch_bwd)
-def _traceable_bwd(grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
-                   dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
-    return launch_args.backward(launch_args.traced, grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed,
-                                dkdv_indices, dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale,
-                                tiles)
+def _traceable_bwd(grad_out, grad_row_stats, q, k, v, out, row_stats, key_padding_mask, seed, dkdv_indices,
+                   dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
+    return launch_args.backward(launch_args.traced, grad_out, grad_row_stats, q, k, v, out, row_stats,
+                                key_padding_mask, seed, dkdv_indices, dkdv_counts, dq_indices, dq_counts, causal,
+                                dropout_p, softmax_scale, tiles)
 
 
 def _flash_fwd_fake(q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, dkdv_indices, dkdv_counts,
                     dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
-    B, H, n_q, d = q.shape
-    return launch_args.new_output(q), q.new_empty((B, H, n_q), dtype=torch.float32)
+    return launch_args.new_output(q), launch_args.new_row_stats(q)
 
 
-def _flash_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, key_padding_mask, seed, dkdv_indices, dkdv_counts,
-                    dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
+def _flash_bwd_fake(grad_out, grad_row_stats, q, k, v, out, row_stats, key_padding_mask, seed, dkdv_indices,
+                    dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -94,8 +93,10 @@ flash_fwd, flash_bwd = register_ops("lra_kernels", OP_FORM)
 def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
               lists: tuple, causal: bool, dropout_p: float, softmax_scale: float,
               tiles: list[int]) -> tuple[Tensor, Tensor]:
-    """(out, lse) with autograd: the op while torch.compile traces, :class:`kernels.autograd.FlashFunction`
-    otherwise. ``lists``: the six block-sparse index lists (fwd, dK/dV, dQ indices and counts) or six Nones."""
+    """(out, row statistics) with autograd (the lse is :func:`kernels.launch_args.lse_of` the
+    statistics): the op while torch.compile traces, :class:`kernels.autograd.FlashFunction`
+    otherwise. ``lists``: the six block-sparse index lists (fwd, dK/dV, dQ indices and counts) or six
+    Nones."""
     if torch.compiler.is_compiling():
         return torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, *lists, causal, dropout_p,
                                                softmax_scale, tiles)
@@ -110,7 +111,7 @@ def attention_packed(qkv: Tensor, views: tuple[Tensor, Tensor, Tensor], key_padd
     ``views``: :func:`kernels.autograd.packed_views` of it; ``lists`` as in :func:`attention`. While
     torch.compile traces: the op on views of qkv (Inductor plans the copies itself)."""
     if torch.compiler.is_compiling():
-        out, _lse = torch.ops.lra_kernels.flash_fwd(*autograd.unpack_qkv(qkv), key_padding_mask, seed, *lists,
+        out, _row_stats = torch.ops.lra_kernels.flash_fwd(*autograd.unpack_qkv(qkv), key_padding_mask, seed, *lists,
                                                     causal, dropout_p, softmax_scale, tiles)
         return out.transpose(1, 2)
     return autograd.PackedFlashFunction.apply(qkv, views, key_padding_mask, seed, lists, causal, dropout_p,

@@ -19,18 +19,23 @@ dQ pass; the dK/dV pass needs it only once, at the end, because a padded key's d
 exactly zero.
 
 Numerics (after FlashAttention-2, Dao 2023): scores are scaled by ``softmax_scale * log2(e)`` so
-that ``exp2`` replaces ``exp``; the running max and sum are float32; the forward stores the
-natural-log log-sum-exp (float32, ``-inf`` for a row that sees no key). The backward recomputes
-``P = exp2(S * scale * log2(e) - LSE * log2(e))`` from it (``LSE * log2(e)`` is stored with
-``-inf`` turned into ``+inf``, so such rows get ``P = 0``), and computes dQ in one pass over query
-tiles and dK/dV in another pass over key tiles: every output element is written by exactly one
-program, so the backward is deterministic and uses no atomics. The dQ pass runs first and also
-stores each query row's ``delta = rowsum(dO * O) - dLSE`` and rescaled LSE, which the dK/dV pass
-reads: two launches. With ``FUSED_DQ`` (the default for calls with dropout, see
-:func:`kernels.dropout.fused_backward`) the dK/dV pass also computes dQ, adding each (query tile,
-key tile) share into a float32 buffer with atomics, and the dQ pass is skipped: a preprocess
-kernel computes the row statistics and zeroes that buffer, then one pass, with one dropout-mask
-generation instead of two, at the price of a dQ whose last bits vary from run to run.
+that ``exp2`` replaces ``exp``; the running max (of the raw scores) and sum are float32. The
+forward stores three float32 statistics per query row in ROWS, (B, H, 3, N_Q): the natural-log
+log-sum-exp (``-inf`` for a row that sees no key; the public ``lse``), the row max ``m`` of the raw
+scores and ``log2(l)`` of the softmax denominator. The backward recomputes
+``P = exp2((S - m) * scale * log2(e) - log2(l))``: ``S - m`` is exact for the scores near the max,
+which carry the probability, whereas one stored log-sum-exp of magnitude ~|S| * scale rounds to
+float32 in steps of up to 2**-8 at |S| * scale ~ 4e4 and shifts every P of a peaked row by up to
+0.3 % (``tests/kernels/test_peaked_gradients.py``). A row that sees no key stores ``m = +inf``,
+``log2(l) = 0``, so its P is 0. dQ is computed in one pass over query tiles and dK/dV in another
+pass over key tiles: every output element is written by exactly one program, so the backward is
+deterministic and uses no atomics. The dQ pass runs first and also stores each query row's
+``delta = rowsum(dO * O) - dLSE``, which the dK/dV pass reads: two launches. With ``FUSED_DQ``
+(the default for calls with dropout, see :func:`kernels.dropout.fused_backward`) the dK/dV pass
+also computes dQ, adding each (query tile, key tile) share into a float32 buffer with atomics, and
+the dQ pass is skipped: a preprocess kernel computes delta and zeroes that buffer, then one pass,
+with one dropout-mask generation instead of two, at the price of a dQ whose last bits vary from
+run to run.
 
 Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-7 keyed by a 64-bit seed, with
 the counter ``(key index // 16, query index, batch * heads + head, 0)``; its 128 output bits are
@@ -50,8 +55,7 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)   (Python float, for the launchers)
-# the same constants for use inside @triton.jit code (compiled kernels only read constexpr globals)
-LOG2E_C = tl.constexpr(1.4426950408889634)
+# for use inside @triton.jit code (compiled kernels only read constexpr globals)
 LN2_C = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2
 
 # Philox rounds of the dropout random numbers: 7, the fewest that pass BigCrush in Salmon et al. 2011
@@ -306,7 +310,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptr
 
 @triton.jit
 def flash_fwd_kernel(
-    Q, K, V, O, LSE, PAD, SEED, IDX, CNT,
+    Q, K, V, O, ROWS, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -319,7 +323,8 @@ def flash_fwd_kernel(
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """Forward: one program per (query tile, batch * head); out and the natural-log LSE."""
+    """Forward: one program per (query tile, batch * head); out and the row statistics ROWS, a
+    contiguous float32 (B, H, 3, N_Q) buffer: [lse, m, log2(l)] (see the module docstring)."""
     # float scalars: float32 whatever the caller typed them as (Inductor types a Python float as
     # fp64 when it launches the kernel itself under the triton_op form, which would make the
     # softmax statistics and the accumulator float64)
@@ -374,37 +379,53 @@ def flash_fwd_kernel(
             drop_threshold, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, True, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE,
             DOT_PREC, UPCAST)
 
-    # epilogue: rows that saw no key (l == 0) give 0 and LSE = -inf
+    # epilogue: rows that saw no key (l == 0) give 0, lse = -inf, m = +inf, log2(l) = 0
     seen = l_i > 0.0
     inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
     if HAS_DROPOUT:
         inv_l = inv_l * drop_scale
     out = acc * inv_l[:, None]
-    lse = tl.where(seen, (m_i * qk_scale + tl.math.log2(tl.where(seen, l_i, 1.0))) * LN2_C, float("-inf"))
+    log2_l = tl.math.log2(tl.where(seen, l_i, 1.0))
+    lse = tl.where(seen, (m_i * qk_scale + log2_l) * LN2_C, float("-inf"))
+    row_max = tl.where(seen, m_i, float("inf"))
     o_ptrs = O + b64 * stride_ob + h64 * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     _store_tile(o_ptrs, _rounded(out, O, UPCAST), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
-    lse_ptrs = LSE + pid_bh.to(tl.int64) * N_Q + offs_m
+    rows_ptrs = ROWS + pid_bh.to(tl.int64) * 3 * N_Q + offs_m
     if EVEN_M:
-        tl.store(lse_ptrs, lse)
+        tl.store(rows_ptrs, lse)
+        tl.store(rows_ptrs + N_Q, row_max)
+        tl.store(rows_ptrs + 2 * N_Q, log2_l)
     else:
-        tl.store(lse_ptrs, lse, mask=offs_m < N_Q)
+        tl.store(rows_ptrs, lse, mask=offs_m < N_Q)
+        tl.store(rows_ptrs + N_Q, row_max, mask=offs_m < N_Q)
+        tl.store(rows_ptrs + 2 * N_Q, log2_l, mask=offs_m < N_Q)
 
 
 @triton.jit
-def _row_stats(o, do, LSE, DLSE, row, row_ok, HAS_DLSE: tl.constexpr, EVEN_M: tl.constexpr):
-    """The backward's statistics of query rows ``row`` (flat (batch * head, N_Q) indices; ``row_ok``:
-    within N_Q) from their O and dO tiles: delta = rowsum(dO * O) - dLSE (``HAS_DLSE``) and LSE2 =
-    LSE * log2(e), with -inf -> +inf so that a row that sees no key gets P = exp2(S - LSE2) = 0."""
+def _row_delta(o, do, DLSE, row, row_ok, HAS_DLSE: tl.constexpr, EVEN_M: tl.constexpr):
+    """delta = rowsum(dO * O) - dLSE (``HAS_DLSE``) of query rows ``row`` (flat (batch * head, N_Q)
+    indices; ``row_ok``: within N_Q) from their O and dO tiles: the backward's own row statistic."""
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    if EVEN_M:
-        lse = tl.load(LSE + row)
-        if HAS_DLSE:
+    if HAS_DLSE:
+        if EVEN_M:
             delta = delta - tl.load(DLSE + row)
-    else:
-        lse = tl.load(LSE + row, mask=row_ok, other=float("-inf"))
-        if HAS_DLSE:
+        else:
             delta = delta - tl.load(DLSE + row, mask=row_ok, other=0.0)
-    return delta, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C)
+    return delta
+
+
+@triton.jit
+def _softmax_rows(rows_base, rows, N_Q, EVEN_M: tl.constexpr):
+    """(m, log2(l)) of query rows ``rows`` of one (batch, head), whose [lse, m, log2(l)] statistics
+    start at ``rows_base`` (the forward's ROWS): P = exp2((S - m) * scale * log2(e) - log2(l)).
+    Rows past N_Q read as m = +inf, log2(l) = 0 (P = 0), like a row that sees no key."""
+    if EVEN_M:
+        row_max = tl.load(rows_base + N_Q + rows)
+        log2_l = tl.load(rows_base + 2 * N_Q + rows)
+    else:
+        row_max = tl.load(rows_base + N_Q + rows, mask=rows < N_Q, other=float("inf"))
+        log2_l = tl.load(rows_base + 2 * N_Q + rows, mask=rows < N_Q, other=0.0)
+    return row_max, log2_l
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,13 +433,13 @@ def _row_stats(o, do, LSE, DLSE, row, row_ok, HAS_DLSE: tl.constexpr, EVEN_M: tl
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def flash_bwd_preprocess_kernel(
-    O, DO, LSE, DLSE, STATS, DQ_ACC,
+    O, DO, DLSE, STATS, DQ_ACC,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     H, N_Q, HEAD_DIM,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr,
 ):
-    """The row statistics of the backward into STATS (see :func:`flash_bwd_dq_kernel`), and
+    """The query rows' delta into STATS (see :func:`flash_bwd_dq_kernel`), and
     zeroes the same rows of the one-pass backward's float32 dQ accumulator DQ_ACC (contiguous (B, H,
     N_Q, HEAD_DIM)), which the dK/dV kernel then adds into: one launch fewer than a separate fill.
     (The two-pass backward has no preprocess: its dQ kernel computes the row statistics.)"""
@@ -434,10 +455,7 @@ def flash_bwd_preprocess_kernel(
                     + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, False, False)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     row_ok = offs_m < N_Q
-    delta, lse2 = _row_stats(o, do, LSE, DLSE, row, row_ok, HAS_DLSE, False)
-    stats = STATS + pid_bh.to(tl.int64) * 2 * N_Q + offs_m
-    tl.store(stats, delta, mask=row_ok)
-    tl.store(stats + N_Q, lse2, mask=row_ok)
+    tl.store(STATS + row, _row_delta(o, do, DLSE, row, row_ok, HAS_DLSE, False), mask=row_ok)
     tl.store(DQ_ACC + row[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
@@ -446,7 +464,7 @@ def flash_bwd_preprocess_kernel(
 # backward: dK, dV (one program per key tile, loop over query tiles)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base,
+def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_base,
                 delta_base, idx_base, lo, hi,
                 start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
                 drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_M: tl.constexpr,
@@ -474,15 +492,14 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_bas
         if UPCAST:
             q = q.to(tl.float32)
             do = do.to(tl.float32)
+        row_max, log2_l = _softmax_rows(rows_base, rows, N_Q, EVEN_M)
         if EVEN_M:
-            lse2 = tl.load(lse2_base + rows)
             delta = tl.load(delta_base + rows)
         else:
-            lse2 = tl.load(lse2_base + rows, mask=rows < N_Q, other=float("inf"))
             delta = tl.load(delta_base + rows, mask=rows < N_Q, other=0.0)
         # transposed scores: (BLOCK_N keys, BLOCK_M queries)
         qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)
-        pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
+        pT = tl.math.exp2((qkT - row_max[None, :]) * qk_scale - log2_l[None, :])
         if MASKED:
             if IS_CAUSAL:
                 pT = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, pT, 0.0)
@@ -507,7 +524,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_bas
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, DQ_ACC, STATS, PAD, SEED, IDX, CNT,
+    Q, K, V, DO, DK, DV, DQ_ACC, STATS, ROWS, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -524,8 +541,8 @@ def flash_bwd_dkdv_kernel(
     FUSED_DQ: tl.constexpr,
 ):
     """dK and dV: one program per (key tile, batch * head), looping over query tiles. Reads the query
-    rows' statistics STATS, stored by the dQ kernel launched before it (or, with ``FUSED_DQ``, by the
-    preprocess kernel).
+    rows' forward statistics ROWS and their delta, STATS, stored by the dQ kernel launched before it
+    (or, with ``FUSED_DQ``, by the preprocess kernel).
 
     ``FUSED_DQ`` (the one-pass backward, the default under dropout): the loop also computes
     dQ, adding every (query tile, key tile) share into ``DQ_ACC``, a zero-initialised contiguous
@@ -557,8 +574,8 @@ def flash_bwd_dkdv_kernel(
         v = v.to(tl.float32)
     q_ptrs0 = Q + b64 * stride_qb + h64 * stride_qh + offs_m0[:, None] * stride_qm + offs_d[None, :] * stride_qd
     do_ptrs0 = DO + b64 * stride_dob + h64 * stride_doh + offs_m0[:, None] * stride_dom + offs_d[None, :] * stride_dod
-    delta_base = STATS + pid_bh.to(tl.int64) * 2 * N_Q
-    lse2_base = delta_base + N_Q
+    delta_base = STATS + pid_bh.to(tl.int64) * N_Q
+    rows_base = ROWS + pid_bh.to(tl.int64) * 3 * N_Q
     if HAS_DROPOUT:
         seed = tl.load(SEED)
     else:
@@ -596,14 +613,14 @@ def flash_bwd_dkdv_kernel(
             part_lo = 0
             part_hi = 0
         full_hi = n_m_tiles
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base, idx_base,
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_base, delta_base, idx_base,
                          full_lo, full_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale,
                          seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                          BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, False, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
                          dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
                          FUSED_DQ and (HAS_PAD or not EVEN_N))
     if IS_CAUSAL or SPARSE:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, lse2_base, delta_base,
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_base, delta_base,
                              idx_base, part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM,
                              causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                              BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
@@ -625,7 +642,7 @@ def flash_bwd_dkdv_kernel(
 # backward: dQ (one program per query tile, loop over key tiles)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0,
+def _dq_tiles(dq, q, do, row_max, log2_l, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0,
               stride_pn, idx_base, lo, hi,
               offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold, drop_scale,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_N: tl.constexpr,
@@ -647,7 +664,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pa
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
-        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        p = tl.math.exp2((qk - row_max[:, None]) * qk_scale - log2_l[:, None])
         if MASKED:
             if IS_CAUSAL:
                 allowed = cols[None, :] <= offs_m[:, None] + causal_offset
@@ -670,7 +687,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pa
 
 @triton.jit
 def flash_bwd_dq_kernel(
-    Q, K, V, O, DO, DQ, LSE, DLSE, STATS, PAD, SEED, IDX, CNT,
+    Q, K, V, O, DO, DQ, ROWS, DLSE, STATS, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -686,12 +703,11 @@ def flash_bwd_dq_kernel(
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, HAS_DLSE: tl.constexpr,
 ):
     """dQ: one program per (query tile, batch * head), looping over key tiles; launched before the
-    dK/dV kernel, whose per-row statistics it computes and stores for its own query rows into STATS,
-    a contiguous float32 (B, H, 2, N_Q) buffer: ``STATS[b, h, 0]`` = delta = rowsum(dO * O) - dLSE
-    (``HAS_DLSE``), ``STATS[b, h, 1]`` = LSE2 = LSE * log2(e) with -inf -> +inf. Every query tile
-    row of every (batch, head) has a program, with or without key tiles to visit (causal rows that
-    see no key, block-sparse rows without blocks), so every row is written (rows past N_Q read as
-    zero dO and O and LSE -inf)."""
+    dK/dV kernel, whose per-row statistic it computes and stores for its own query rows into STATS,
+    a contiguous float32 (B, H, N_Q) buffer: delta = rowsum(dO * O) - dLSE (``HAS_DLSE``). P comes
+    from the forward's row statistics ROWS (m, log2(l)). Every query tile row of every (batch, head)
+    has a program, with or without key tiles to visit (causal rows that see no key, block-sparse rows
+    without blocks), so every row is written (rows past N_Q read as zero dO and O)."""
     # float scalars: float32 (see flash_fwd_kernel)
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -714,14 +730,13 @@ def flash_bwd_dq_kernel(
     o = _load_resident(O, b64, h64, stride_ob, stride_oh, stride_om, stride_od, offs_m, N_Q, offs_d, HEAD_DIM,
                        EVEN_M, EVEN_D)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
-    delta, lse2 = _row_stats(o, do, LSE, DLSE, row, offs_m < N_Q, HAS_DLSE, EVEN_M)
-    stats = STATS + pid_bh.to(tl.int64) * 2 * N_Q + offs_m
+    delta = _row_delta(o, do, DLSE, row, offs_m < N_Q, HAS_DLSE, EVEN_M)
+    row_max, log2_l = _softmax_rows(ROWS + pid_bh.to(tl.int64) * 3 * N_Q, offs_m, N_Q, EVEN_M)
+    stats = STATS + row
     if EVEN_M:
         tl.store(stats, delta)
-        tl.store(stats + N_Q, lse2)
     else:
         tl.store(stats, delta, mask=offs_m < N_Q)
-        tl.store(stats + N_Q, lse2, mask=offs_m < N_Q)
     # the loop reads delta back from STATS (after a barrier: other threads of the program stored it)
     # instead of taking the reduction's result, whose layout the compiler would carry into the loop:
     # on sm_90 the float32 d=128 variant then spills (~340 spill stores against ~4; compile_check
@@ -750,12 +765,12 @@ def flash_bwd_dq_kernel(
     else:
         idx_base = IDX
         full_hi, end = _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
+    dq = _dq_tiles(dq, q, do, row_max, log2_l, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
                    idx_base, 0, full_hi, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed,
                    pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D,
                    False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
     if IS_CAUSAL or not EVEN_N or SPARSE:
-        dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
+        dq = _dq_tiles(dq, q, do, row_max, log2_l, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
                        idx_base, full_hi, end, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed,
                        pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, True, IS_CAUSAL,
                        HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)

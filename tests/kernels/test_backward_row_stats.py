@@ -1,11 +1,13 @@
-"""The backward's per-row statistics: every query row gets its delta (rowsum(dO * O) - dLSE) and its
-rescaled log-sum-exp (LSE * log2(e), -inf -> +inf) written before the dK/dV kernel reads them -- by the
-dQ kernel in the two-pass backward (a program per query tile row, whether or not it has keys to
-visit), by the preprocess kernel in the one-pass dropout backward.
+"""The per-row statistics the backward reads: the forward's [lse, m, log2(l)] of every query row
+(``launch_args.new_row_stats``; m the row max of the raw scores, l the softmax denominator relative
+to it; m = +inf, log2(l) = 0 for a row that sees no key), and the backward's delta (rowsum(dO * O) -
+dLSE), written before the dK/dV kernel reads it -- by the dQ kernel in the two-pass backward (a
+program per query tile row, whether or not it has keys to visit), by the preprocess kernel in the
+one-pass dropout backward.
 
-The tests fill the statistics' buffer with NaN before the launches (``launch_args.backward_buffers``
-wrapped), so a row that no program writes shows up, and compare it with the statistics computed in
-float64 from the forward's own output and lse.
+The tests fill both buffers with NaN before the launches (``launch_args.new_row_stats`` and
+``launch_args.backward_buffers`` wrapped), so a row that no program writes shows up, and compare
+them with the statistics computed in float64.
 """
 from __future__ import annotations
 
@@ -26,34 +28,56 @@ SMALL = Tiles(PassTiles(32, 16), PassTiles(16, 32), PassTiles(32, 16))
 
 @pytest.fixture
 def buffers(monkeypatch):
-    """The (B, H, 2, N_q) statistics buffer (delta, lse2) of every backward, NaN until a kernel writes it."""
-    made = []
-    original = launch_args.backward_buffers
+    """(row statistics of every forward, (B, H, 3, N_q); delta of every backward, (B, H, N_q)), each
+    NaN until a kernel writes it."""
+    made = ([], [])
+    new_row_stats, backward_buffers = launch_args.new_row_stats, launch_args.backward_buffers
 
-    def nan_filled(*args, **kwargs):
-        stats, dq_acc = original(*args, **kwargs)
-        stats.fill_(float("nan"))
-        made.append(stats)
+    def nan_row_stats(q):
+        rows = new_row_stats(q).fill_(float("nan"))
+        made[0].append(rows)
+        return rows
+
+    def nan_buffers(*args, **kwargs):
+        stats, dq_acc = backward_buffers(*args, **kwargs)
+        made[1].append(stats.fill_(float("nan")))
         return stats, dq_acc
 
-    monkeypatch.setattr(launch_args, "backward_buffers", nan_filled)
+    monkeypatch.setattr(launch_args, "new_row_stats", nan_row_stats)
+    monkeypatch.setattr(launch_args, "backward_buffers", nan_buffers)
     return made
 
 
-def _check_stats(buffers, out, lse, grad_out, grad_lse=None):
-    """The one backward's buffers against rowsum(dO * O) - dLSE and LSE * log2(e) (+inf where -inf)."""
-    assert len(buffers) == 1
-    delta, lse2 = buffers[0].cpu().unbind(2)
-    assert not delta.isnan().any() and not lse2.isnan().any(), "a query row's statistics were not written"
+def _check_stats(buffers, out, lse, grad_out, n_k, grad_lse=None, max_score=None, scale=0.25):
+    """The one forward's row statistics and the one backward's delta against float64: delta =
+    rowsum(dO * O) - dLSE; the forward's lse row equal to ``lse``, m to ``max_score`` (the row max of
+    the raw scores q k^T over the allowed keys, when given), lse = (m * scale * log2(e) + log2(l)) *
+    ln(2) with 0 <= log2(l) <= log2(n_k); rows with lse = -inf: m = +inf and log2(l) = 0."""
+    (rows,), (delta,) = buffers
+    lse_row, row_max, log2_l = rows.cpu().double().unbind(2)
+    delta = delta.cpu()
+    assert not delta.isnan().any() and not rows.isnan().any(), "a query row's statistics were not written"
     want_delta = (grad_out.double() * out.detach().double()).sum(-1).cpu()
     if grad_lse is not None:
         want_delta -= grad_lse.double().cpu()
-    lse = lse.detach().double().cpu()
-    want_lse2 = torch.where(torch.isneginf(lse), math.inf, lse * math.log2(math.e))
     assert torch.allclose(delta.double(), want_delta, rtol=1e-4, atol=1e-4)
-    assert torch.equal(torch.isposinf(lse2), torch.isneginf(lse))
-    finite = torch.isfinite(want_lse2)
-    assert torch.allclose(lse2.double()[finite], want_lse2[finite], rtol=1e-6, atol=1e-6)
+    lse = lse.detach().double().cpu()
+    unseen = torch.isneginf(lse)
+    assert torch.equal(torch.isneginf(lse_row), unseen)
+    assert torch.all(torch.isposinf(row_max[unseen])) and torch.all(log2_l[unseen] == 0)
+    seen = ~unseen
+    assert torch.allclose(lse_row[seen], lse[seen], rtol=1e-5, atol=1e-5)
+    combined = (row_max * scale * math.log2(math.e) + log2_l) * math.log(2)
+    assert torch.allclose(combined[seen], lse[seen], rtol=1e-5, atol=1e-5)
+    assert torch.all(log2_l[seen] >= 0) and torch.all(log2_l[seen] <= math.log2(n_k) + 1e-6)
+    if max_score is not None:
+        assert torch.allclose(row_max[seen], max_score.cpu()[seen], rtol=1e-5, atol=1e-5)
+
+
+def _max_score(q, k, allowed):
+    """Row max of the raw scores q k^T (float64) over the keys ``allowed`` (B or 1, H or 1, N_q, N_k)."""
+    s = q.detach().double() @ k.detach().double().transpose(-1, -2)
+    return s.masked_fill(~allowed.to(s.device), float("-inf")).amax(-1)
 
 
 @pytest.mark.parametrize("n_q,n_k,causal,padded", [
@@ -76,7 +100,12 @@ def test_lse_gradient_rows_without_keys(buffers, n_q, n_k, causal, padded):
     with override(SMALL):
         out, lse = flash_attention(q, k, v, causal=causal, key_padding_mask=mask, return_lse=True)
         torch.autograd.backward((out, lse), (grad_out, grad_lse))
-    _check_stats(buffers, out, lse, grad_out, grad_lse)
+    allowed = torch.ones(1, 1, n_q, n_k, dtype=torch.bool, device=DEVICE)
+    if causal:
+        allowed = allowed & (torch.arange(n_k, device=DEVICE) <= torch.arange(n_q, device=DEVICE)[:, None] + n_k - n_q)
+    if mask is not None:
+        allowed = allowed & ~mask[:, None, None, :]
+    _check_stats(buffers, out, lse, grad_out, n_k, grad_lse, max_score=_max_score(q, k, allowed))
 
     qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
     ref, ref_lse = attention_reference(qr, kr, vr, causal=causal, key_padding_mask=mask)
@@ -108,7 +137,7 @@ def test_block_sparse_rows_without_blocks(buffers, causal):
     out.backward(grad_out)
     qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
     ref, ref_lse = attention_reference(qr, kr, vr, causal=causal, allowed=expand_layout(layout, 16, n, n)[None])
-    _check_stats(buffers, out, ref_lse, grad_out)
+    _check_stats(buffers, out, ref_lse, grad_out, n)
     ref.backward(grad_out.double())
     for name, got, want in (("dq", q.grad, qr.grad), ("dk", k.grad, kr.grad), ("dv", v.grad, vr.grad)):
         assert rel_err(got, want) < TOL[torch.float32], name
@@ -129,7 +158,7 @@ def test_dropout_both_backward_forms(buffers, one_pass):
             with deterministic():
                 out, lse = flash_attention(q, k, v, causal=True, dropout_p=0.2, return_lse=True)
                 out.backward(grad_out)
-    _check_stats(buffers, out, lse, grad_out)
+    _check_stats(buffers, out, lse, grad_out, 45)
 
 
 def test_packed(buffers):
@@ -141,4 +170,4 @@ def test_packed(buffers):
         out.backward(grad)
     q, k, v = (qkv.detach()[:, :, i].transpose(1, 2) for i in range(3))
     _ref, ref_lse = attention_reference(q, k, v, causal=True)
-    _check_stats(buffers, out.transpose(1, 2), ref_lse, grad.transpose(1, 2))
+    _check_stats(buffers, out.transpose(1, 2), ref_lse, grad.transpose(1, 2), 50)

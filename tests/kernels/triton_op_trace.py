@@ -84,7 +84,7 @@ def main() -> int:
         B, H, N, d = 2, 2, 200, 32
         q, k, v, do = (torch.empty(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         out = torch.empty(B, H, N, d, device="cuda", dtype=torch.bfloat16)
-        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        rows = torch.empty(B, H, 3, N, device="cuda", dtype=torch.float32)  # [lse, m, log2(l)] per row
         mask = torch.zeros(B, N, device="cuda", dtype=torch.bool)
         seed = torch.empty(1, device="cuda", dtype=torch.int64)
         cnt = torch.empty(1, 4, 3, device="cuda", dtype=torch.int32)
@@ -99,10 +99,10 @@ def main() -> int:
                                                           tiles), q, k, v, idx, cnt),
         "dense_bwd_mask_dropout": (lambda g, q, k, v, o, l, m, s: op.flash_bwd(g, None, q, k, v, o, l, m, s, None,
                                                                                None, None, None, False, 0.1, 0.17,
-                                                                               tiles), do, q, k, v, out, lse, mask,
+                                                                               tiles), do, q, k, v, out, rows, mask,
                                    seed),
         "sparse_bwd": (lambda g, q, k, v, o, l, i, c: op.flash_bwd(g, None, q, k, v, o, l, None, None, i, c, i, c,
-                                                                   True, 0.0, 0.17, tiles), do, q, k, v, out, lse,
+                                                                   True, 0.0, 0.17, tiles), do, q, k, v, out, rows,
                        idx, cnt),
     }
     # the two-pass backward first (deterministic algorithms on; read when the op body is traced)
