@@ -141,6 +141,12 @@ def _source(kernel: str, dtype: str, block_m: int, block_n: int, block_d: int, f
         constexprs.setdefault("FUSED_DQ", False)
     if kernel == "dq":
         constexprs.setdefault("HAS_DLSE", False)
+    if "EXACT_P" in fn.arg_names:  # as the launcher chooses it for this dtype
+        import torch
+
+        from .launch_args import exact_probabilities
+        constexprs["EXACT_P"] = exact_probabilities({"bf16": torch.bfloat16, "fp16": torch.float16,
+                                                     "fp32": torch.float32}[dtype])
     sig = _signature(fn, dtype, constexprs)
     attrs = None
     aligned = flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]

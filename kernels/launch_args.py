@@ -148,6 +148,13 @@ def _forward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: int
 PRE_BLOCK_M = 64  # query rows per program of the preprocess kernel
 
 
+def exact_probabilities(dtype: torch.dtype) -> bool:
+    """Whether the backward recomputes P from the row max and log2 of the denominator (``EXACT_P``)
+    rather than from one float32 log-sum-exp: for every dtype but bfloat16, whose own rounding of P is
+    as coarse as that log-sum-exp's (:mod:`kernels.triton_attention`)."""
+    return dtype != torch.bfloat16
+
+
 def _backward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: int, n_q: int, n_k: int, d: int,
                      causal: bool, has_pad: bool, dropout_p: float, sparse: bool, softmax_scale: float,
                      fused_dq: bool, has_dlse: bool) -> tuple[tuple, dict, tuple, dict, tuple]:
@@ -157,7 +164,8 @@ def _backward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: in
     all_tiles = Tiles.from_list(tiles)
     drop_threshold, drop_scale = _dropout_args(dropout_p)
     scalars = (H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, softmax_scale, drop_threshold, drop_scale)
-    flags = dict(IS_CAUSAL=causal, HAS_PAD=has_pad, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse)
+    flags = dict(IS_CAUSAL=causal, HAS_PAD=has_pad, HAS_DROPOUT=dropout_p > 0.0, SPARSE=sparse,
+                 EXACT_P=exact_probabilities(dtype))
     if fused_dq:
         first_grid = (cdiv(n_q, PRE_BLOCK_M), B * H)
         first = dict(BLOCK_M=PRE_BLOCK_M, BLOCK_D=padded_head_dim(d), HAS_DLSE=has_dlse)

@@ -22,12 +22,16 @@ Numerics (after FlashAttention-2, Dao 2023): scores are scaled by ``softmax_scal
 that ``exp2`` replaces ``exp``; the running max (of the raw scores) and sum are float32. The
 forward stores three float32 statistics per query row in ROWS, (B, H, 3, N_Q): the natural-log
 log-sum-exp (``-inf`` for a row that sees no key; the public ``lse``), the row max ``m`` of the raw
-scores and ``log2(l)`` of the softmax denominator. The backward recomputes
-``P = exp2((S - m) * scale * log2(e) - log2(l))``: ``S - m`` is exact for the scores near the max,
-which carry the probability, whereas one stored log-sum-exp of magnitude ~|S| * scale rounds to
-float32 in steps of up to 2**-8 at |S| * scale ~ 4e4 and shifts every P of a peaked row by up to
-0.3 % (``tests/kernels/test_peaked_gradients.py``). A row that sees no key stores ``m = +inf``,
-``log2(l) = 0``, so its P is 0. dQ is computed in one pass over query tiles and dK/dV in another
+scores and ``log2(l)`` of the softmax denominator. The backward recomputes P from them
+(``EXACT_P``, float16 and float32 inputs) as ``P = exp2((S - m) * scale * log2(e) - log2(l))``:
+``S - m`` is exact for the scores near the max, which carry the probability. One float32
+log-sum-exp of magnitude ~|S| * scale instead rounds in steps of up to 2**-8 at |S| * scale ~ 4e4
+and shifts every P of a peaked row by up to 0.3 %: well above float16's own rounding of P (2**-12),
+about bfloat16's (2**-9). So bfloat16 inputs keep the cheaper ``P = exp2(S * scale * log2(e) -
+LSE * log2(e))`` (one subtraction and one row vector less per score tile: 8-13 % of the backward at
+d = 32 and 64 on the H200); ``tests/kernels/test_peaked_gradients.py`` holds both to the SDPA
+back-ends' gradient error. A row that sees no key stores ``m = +inf``, ``log2(l) = 0`` (and
+``LSE = -inf``, read as ``+inf``), so its P is 0. dQ is computed in one pass over query tiles and dK/dV in another
 pass over key tiles: every output element is written by exactly one program, so the backward is
 deterministic and uses no atomics. The dQ pass runs first and also stores each query row's
 ``delta = rowsum(dO * O) - dLSE``, which the dK/dV pass reads: two launches. With ``FUSED_DQ``
@@ -55,7 +59,8 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)   (Python float, for the launchers)
-# for use inside @triton.jit code (compiled kernels only read constexpr globals)
+# the same constants for use inside @triton.jit code (compiled kernels only read constexpr globals)
+LOG2E_C = tl.constexpr(1.4426950408889634)
 LN2_C = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2
 
 # Philox rounds of the dropout random numbers: 7, the fewest that pass BigCrush in Salmon et al. 2011
@@ -415,17 +420,36 @@ def _row_delta(o, do, DLSE, row, row_ok, HAS_DLSE: tl.constexpr, EVEN_M: tl.cons
 
 
 @triton.jit
-def _softmax_rows(rows_base, rows, N_Q, EVEN_M: tl.constexpr):
-    """(m, log2(l)) of query rows ``rows`` of one (batch, head), whose [lse, m, log2(l)] statistics
-    start at ``rows_base`` (the forward's ROWS): P = exp2((S - m) * scale * log2(e) - log2(l)).
-    Rows past N_Q read as m = +inf, log2(l) = 0 (P = 0), like a row that sees no key."""
-    if EVEN_M:
-        row_max = tl.load(rows_base + N_Q + rows)
-        log2_l = tl.load(rows_base + 2 * N_Q + rows)
+def _softmax_rows(rows_base, rows, N_Q, EVEN_M: tl.constexpr, EXACT_P: tl.constexpr):
+    """(m, b) of query rows ``rows`` of one (batch, head), whose [lse, m, log2(l)] statistics start
+    at ``rows_base`` (the forward's ROWS), for :func:`_probabilities`: ``EXACT_P``: m and log2(l);
+    else b = LSE * log2(e) (``-inf`` -> ``+inf``) and m unused (the same vector). Rows past N_Q
+    read as a row that sees no key (P = 0)."""
+    if EXACT_P:
+        if EVEN_M:
+            row_max = tl.load(rows_base + N_Q + rows)
+            row_b = tl.load(rows_base + 2 * N_Q + rows)
+        else:
+            row_max = tl.load(rows_base + N_Q + rows, mask=rows < N_Q, other=float("inf"))
+            row_b = tl.load(rows_base + 2 * N_Q + rows, mask=rows < N_Q, other=0.0)
     else:
-        row_max = tl.load(rows_base + N_Q + rows, mask=rows < N_Q, other=float("inf"))
-        log2_l = tl.load(rows_base + 2 * N_Q + rows, mask=rows < N_Q, other=0.0)
-    return row_max, log2_l
+        if EVEN_M:
+            lse = tl.load(rows_base + rows)
+        else:
+            lse = tl.load(rows_base + rows, mask=rows < N_Q, other=float("-inf"))
+        row_b = tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C)
+        row_max = row_b
+    return row_max, row_b
+
+
+@triton.jit
+def _probabilities(s, m, b, qk_scale, EXACT_P: tl.constexpr):
+    """P of raw scores ``s`` from :func:`_softmax_rows`' (m, b), broadcast to ``s``'s shape."""
+    if EXACT_P:
+        p = tl.math.exp2((s - m) * qk_scale - b)
+    else:
+        p = tl.math.exp2(s * qk_scale - b)
+    return p
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,7 +494,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_bas
                 drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                 SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, dq_ptrs0, key_ok, sm_scale,
-                FUSED_DQ: tl.constexpr, MASK_KEYS: tl.constexpr):
+                FUSED_DQ: tl.constexpr, MASK_KEYS: tl.constexpr, EXACT_P: tl.constexpr):
     """dK/dV accumulation of one key tile over query tiles [lo, hi) (positions, or list entries).
 
     ``FUSED_DQ``: also add each query tile's dQ share ``dS @ K * sm_scale`` into the float32
@@ -492,14 +516,14 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_bas
         if UPCAST:
             q = q.to(tl.float32)
             do = do.to(tl.float32)
-        row_max, log2_l = _softmax_rows(rows_base, rows, N_Q, EVEN_M)
+        row_max, row_b = _softmax_rows(rows_base, rows, N_Q, EVEN_M, EXACT_P)
         if EVEN_M:
             delta = tl.load(delta_base + rows)
         else:
             delta = tl.load(delta_base + rows, mask=rows < N_Q, other=0.0)
         # transposed scores: (BLOCK_N keys, BLOCK_M queries)
         qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)
-        pT = tl.math.exp2((qkT - row_max[None, :]) * qk_scale - log2_l[None, :])
+        pT = _probabilities(qkT, row_max[None, :], row_b[None, :], qk_scale, EXACT_P)
         if MASKED:
             if IS_CAUSAL:
                 pT = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, pT, 0.0)
@@ -538,7 +562,7 @@ def flash_bwd_dkdv_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-    FUSED_DQ: tl.constexpr,
+    FUSED_DQ: tl.constexpr, EXACT_P: tl.constexpr,
 ):
     """dK and dV: one program per (key tile, batch * head), looping over query tiles. Reads the query
     rows' forward statistics ROWS and their delta, STATS, stored by the dQ kernel launched before it
@@ -618,14 +642,14 @@ def flash_bwd_dkdv_kernel(
                          seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                          BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, False, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
                          dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
-                         FUSED_DQ and (HAS_PAD or not EVEN_N))
+                         FUSED_DQ and (HAS_PAD or not EVEN_N), EXACT_P)
     if IS_CAUSAL or SPARSE:
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_base, delta_base,
                              idx_base, part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM,
                              causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                              BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
                              dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
-                             FUSED_DQ and (HAS_PAD or not EVEN_N))
+                             FUSED_DQ and (HAS_PAD or not EVEN_N), EXACT_P)
     dk = dk * sm_scale
     if HAS_PAD:
         # a padded key gets no probability from any query: its dK and dV are exactly zero
@@ -642,12 +666,13 @@ def flash_bwd_dkdv_kernel(
 # backward: dQ (one program per query tile, loop over key tiles)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dq_tiles(dq, q, do, row_max, log2_l, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0,
+def _dq_tiles(dq, q, do, row_max, row_b, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0,
               stride_pn, idx_base, lo, hi,
               offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold, drop_scale,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-              HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
+              HAS_DROPOUT: tl.constexpr, SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+              EXACT_P: tl.constexpr):
     """dQ accumulation of one query tile over key tiles [lo, hi) (positions, or list entries).
     Block-sparse: the next list entry is carried one step ahead, as in :func:`_fwd_tiles`."""
     nxt = _first_entry(idx_base, lo, hi, SPARSE)
@@ -664,7 +689,7 @@ def _dq_tiles(dq, q, do, row_max, log2_l, delta, k_ptrs0, v_ptrs0, stride_kn, st
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
-        p = tl.math.exp2((qk - row_max[:, None]) * qk_scale - log2_l[:, None])
+        p = _probabilities(qk, row_max[:, None], row_b[:, None], qk_scale, EXACT_P)
         if MASKED:
             if IS_CAUSAL:
                 allowed = cols[None, :] <= offs_m[:, None] + causal_offset
@@ -701,6 +726,7 @@ def flash_bwd_dq_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, HAS_DLSE: tl.constexpr,
+    EXACT_P: tl.constexpr,
 ):
     """dQ: one program per (query tile, batch * head), looping over key tiles; launched before the
     dK/dV kernel, whose per-row statistic it computes and stores for its own query rows into STATS,
@@ -731,7 +757,7 @@ def flash_bwd_dq_kernel(
                        EVEN_M, EVEN_D)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     delta = _row_delta(o, do, DLSE, row, offs_m < N_Q, HAS_DLSE, EVEN_M)
-    row_max, log2_l = _softmax_rows(ROWS + pid_bh.to(tl.int64) * 3 * N_Q, offs_m, N_Q, EVEN_M)
+    row_max, row_b = _softmax_rows(ROWS + pid_bh.to(tl.int64) * 3 * N_Q, offs_m, N_Q, EVEN_M, EXACT_P)
     stats = STATS + row
     if EVEN_M:
         tl.store(stats, delta)
@@ -765,15 +791,15 @@ def flash_bwd_dq_kernel(
     else:
         idx_base = IDX
         full_hi, end = _causal_ranges(start_m, N_Q, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_tiles(dq, q, do, row_max, log2_l, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
+    dq = _dq_tiles(dq, q, do, row_max, row_b, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
                    idx_base, 0, full_hi, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed,
                    pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D,
-                   False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+                   False, IS_CAUSAL, HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST, EXACT_P)
     if IS_CAUSAL or not EVEN_N or SPARSE:
-        dq = _dq_tiles(dq, q, do, row_max, log2_l, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
+        dq = _dq_tiles(dq, q, do, row_max, row_b, delta, k_ptrs0, v_ptrs0, stride_kn, stride_vn, pad_ptrs0, stride_pn,
                        idx_base, full_hi, end, offs_m, offs_n0, offs_d, N_K, HEAD_DIM, causal_offset, qk_scale, seed,
                        pid_bh, drop_threshold, drop_scale, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_N, EVEN_D, True, IS_CAUSAL,
-                       HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST)
+                       HAS_PAD, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST, EXACT_P)
     dq = dq * sm_scale
     _store_tile(DQ + b64 * stride_dqb + h64 * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
                 _rounded(dq, DQ, UPCAST), offs_m, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
