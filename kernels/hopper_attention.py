@@ -1,0 +1,296 @@
+"""Dense attention forward for Hopper (sm_90) in Triton's Gluon dialect, after FlashAttention-3.
+
+One program computes one (query tile, batch * head): softmax(q k^T * scale) v for ``BLOCK_M``
+query rows, returning O in the input dtype and the float32 natural-log log-sum-exp of the scaled
+scores. The same numerics as the portable kernel of :mod:`kernels.triton_attention`: the running
+row maximum is taken over the raw scores and ``p = exp2((s - m) * scale * log2(e))`` (the largest
+p of a row is exactly 1); causal masking is aligned to the bottom-right corner (query i sees keys
+j <= i + N_k - N_q); a row with no visible key gets O = 0 and LSE = -inf.
+
+How it is built:
+
+- Q, K, V and O are read and written by TMA through 4-D descriptors over the caller's
+  (B, H, N, d) tensors, block (1, 1, rows, d): any batch / head / row strides work as long as TMA
+  accepts them (last dim contiguous, the other strides and the base 16-byte aligned). Rows past N
+  are zero-filled on load and clipped on store, so nothing of a neighbouring head is touched.
+- K and V tiles stream through a ``STAGES``-deep shared-memory ring; each slot has a "ready"
+  mbarrier (TMA bytes landed) and an "empty" one (the consumer is done with it).
+- With ``WARP_SPECIALIZE`` a one-warp producer partition issues all TMA loads
+  (``gl.warp_specialize``) while the ``num_warps`` consumer warps (two warpgroups at 8 warps, 64
+  query rows each) run the MMAs and the softmax. Without it, the consumer warps issue the loads
+  themselves, ``STAGES`` tiles ahead (a plain software pipeline; same loop otherwise).
+- S = Q K^T and O += P V are asynchronous warpgroup MMAs (wgmma) from shared memory, P from
+  registers (its accumulator layout converted to the wgmma A-operand layout).
+- The key loop runs in two parts, like the portable kernel: tiles every row sees in full (no
+  element mask) and the causal diagonal / ragged last tile (masked).
+
+The key-padding mask (bool (B, N_k), True = padding) is read with plain loads in the consumer.
+The launcher :func:`hopper_forward` builds the host-side TMA descriptors; :func:`supported` says
+whether a call can take this path (Triton version whose Gluon API this was written against, an
+sm_90 device, dtype, head dim, strides). Compile it offline with
+``python -m kernels.compile_check --hopper``.
+"""
+from __future__ import annotations
+
+import math
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+# TMA copy builtins: Triton 3.6 names them async_copy_global_to_shared / async_copy_shared_to_global;
+# later releases renamed them async_load / async_store (the old names raise)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+# CTA-wide (partition-wide under warp specialisation) barrier: gl.thread_barrier in 3.6, gl.barrier later
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+LN2 = gl.constexpr(0.6931471805599453)  # ln(2): ln(x) == log2(x) * LN2
+LOG2E = 1.4426950408889634  # log2(e), for the launcher's scale
+
+# Triton (major, minor) releases whose Gluon API the kernel was compiled against
+VERIFIED_TRITON = ((3, 6), (3, 9))
+HEAD_DIMS = (64, 128)
+BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
+BLOCK_N = 128  # keys per K/V tile
+NUM_WARPS = 8  # consumer warps (the default partition)
+PRODUCER_WARPS = gl.constexpr(1)
+PRODUCER_REGS = gl.constexpr(24)  # the fewest registers setmaxnreg allows; the producer only issues TMA copies
+# per-thread register cap of the whole CTA (consumer and producer warps): 65536 registers over 12
+# warps. The producer gives its share back, so the consumer warps can grow to (65536 - 4 * 32 *
+# 24) / 256 = 244 -> 240 registers each
+MAXNREG = 168
+
+
+def stages_for(head_dim: int) -> int:
+    """K/V ring depth: 3 at d = 64 (112 KiB of shared memory), 2 at d = 128 (160 KiB)."""
+    return 3 if head_dim <= 64 else 2
+
+
+# ---------------------------------------------------------------------------------------------
+# device code
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _load_tile(desc, bufs, ready, b, h, j, slot, pred, BLOCK_N: gl.constexpr, NBYTES: gl.constexpr):
+    """TMA copy of key tile ``j`` of head (b, h) into ring slot ``slot``, signalling ``ready[slot]``."""
+    bar = ready.index(slot)
+    mbarrier.expect(bar, NBYTES, pred=pred)
+    _tma_load(desc, [b, h, j * BLOCK_N, 0], bar, bufs.index(slot), pred=pred)
+
+
+@gluon.jit
+def _producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+              NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr):
+    """Worker partition: Q once, then K and V of key tiles [0, end) into the ring, each into a
+    slot only after the consumer has released it."""
+    q_desc, k_desc, v_desc = descs
+    q_smem, k_bufs, v_bufs = bufs
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    b, h, bh, start_m = coords
+    mbarrier.expect(q_bar, NBYTES_Q)
+    _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+    for j in range(0, end):
+        slot = j % STAGES
+        # an mbarrier starts in phase 0 with the phase before (parity 1) counted as complete, so
+        # the first pass over the ring waits for nothing
+        free_phase = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(slot), free_phase)
+        _load_tile(k_desc, k_bufs, k_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+        mbarrier.wait(v_empty.index(slot), free_phase)
+        _load_tile(v_desc, v_bufs, v_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+
+
+@gluon.jit
+def _attend_tiles(acc, m_i, l_i, q_tile, k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
+                  b, h, lo, hi, end, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr,
+                  s_layout: gl.constexpr, o_layout: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                  HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr):
+    """Online softmax over key tiles [lo, hi) (``MASKED``: apply the causal / sequence-end mask).
+    Key tile j sits in ring slot j % STAGES, filled for the (j // STAGES)-th time."""
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_zero = gl.zeros([rows.shape[0], BLOCK_N], gl.float32, s_layout)
+    for j in range(lo, hi):
+        slot = j % STAGES
+        phase = (j // STAGES) & 1
+        k_tile = k_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        v_tile = v_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
+
+        mbarrier.wait(k_ready.index(slot), phase)
+        s = warpgroup_mma(q_tile, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
+        if not SELF_LOAD:
+            mbarrier.arrive(k_empty.index(slot), count=1)
+
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        if MASKED:
+            if IS_CAUSAL:
+                allowed = (cols[None, :] <= rows[:, None] + causal_offset) & (cols[None, :] < N_K)
+            else:
+                allowed = (cols[None, :] < N_K) & (rows[:, None] >= 0)
+            s = gl.where(allowed, s, float("-inf"))
+        if HAS_PAD:
+            padded = gl.load(pad_row + cols * stride_pn, mask=cols < N_K, other=1)
+            s = gl.where(padded[None, :] == 0, s, float("-inf"))
+
+        # running max of the raw scores: subtracting before scaling makes a row's largest p exactly 1
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        if MASKED or HAS_PAD:
+            # a row with no visible key so far keeps m = -inf; subtract 0 instead (p = 0, no NaN)
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        p = gl.exp2((s - m_use[:, None]) * qk_scale)
+        alpha = gl.exp2((m_i - m_use) * qk_scale)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p_op = gl.convert_layout(p.to(k_bufs.dtype), p_layout)
+
+        mbarrier.wait(v_ready.index(slot), phase)
+        acc = warpgroup_mma(p_op, v_tile, acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        if SELF_LOAD:
+            # every warpgroup has finished reading the slot before one thread refills it
+            _cta_barrier()
+            nxt = j + STAGES
+            _load_tile(k_desc, k_bufs, k_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
+            _load_tile(v_desc, v_bufs, v_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
+        else:
+            mbarrier.arrive(v_empty.index(slot), count=1)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
+              STAGES: gl.constexpr, NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """Default partition: the MMAs, the online softmax and the epilogue (O through TMA from the Q
+    buffer, which the last QK^T has finished with; LSE with plain stores). With ``SELF_LOAD`` it
+    also issues the loads (no producer partition)."""
+    q_desc, k_desc, v_desc, o_desc = descs
+    q_smem, k_bufs, v_bufs = bufs
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    b, h, bh, start_m = coords
+    full_hi, end = ranges
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    gl.static_assert(BLOCK_M == 16 * NUM_WARPS, "one 16-row wgmma slice per warp along M")
+
+    # wgmma accumulators: warps stacked along M (4 warps = one warpgroup = 64 rows), instruction
+    # N = the whole tile width, K = 16 (16-bit inputs)
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+
+    if SELF_LOAD:
+        mbarrier.expect(q_bar, NBYTES_Q)
+        _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+        for i in gl.static_range(STAGES):
+            _load_tile(k_desc, k_bufs, k_ready, b, h, i, i, i < end, BLOCK_N, NBYTES_KV)
+            _load_tile(v_desc, v_bufs, v_ready, b, h, i, i, i < end, BLOCK_N, NBYTES_KV)
+
+    rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    pad_row = PAD + b.to(gl.int64) * stride_pb
+
+    q_tile = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    mbarrier.wait(q_bar, 0)
+    acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                                  v_empty, b, h, 0, full_hi, end, rows, N_K, causal_offset, qk_scale, pad_row,
+                                  stride_pn, BLOCK_N, HEAD_DIM, STAGES, NBYTES_KV, s_layout, o_layout, False,
+                                  IS_CAUSAL, HAS_PAD, SELF_LOAD)
+    acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                                  v_empty, b, h, full_hi, end, end, rows, N_K, causal_offset, qk_scale, pad_row,
+                                  stride_pn, BLOCK_N, HEAD_DIM, STAGES, NBYTES_KV, s_layout, o_layout, True,
+                                  IS_CAUSAL, HAS_PAD, SELF_LOAD)
+
+    # rows that saw no key (l == 0) give 0 and LSE = -inf
+    seen = l_i > 0.0
+    inv_l = gl.where(seen, 1.0 / gl.where(seen, l_i, 1.0), 0.0)
+    out = acc * gl.convert_layout(inv_l, gl.SliceLayout(1, o_layout))[:, None]
+    lse = gl.where(seen, (m_i * qk_scale + gl.log2(gl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
+    gl.store(LSE + bh.to(gl.int64) * N_Q + rows, lse, mask=rows < N_Q)
+
+    q_tile.store(out.to(o_desc.dtype))
+    fence_async_shared()
+    _tma_store(o_desc, [b, h, start_m, 0], q_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def hopper_attention_fwd_kernel(
+    q_desc, k_desc, v_desc, o_desc, LSE, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
+    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """Grid (cdiv(N_Q, BLOCK_M), B * H); causal query tiles in reverse order (the last see the
+    most keys, so they start first)."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
+    NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
+    NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+
+    if IS_CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    start_m = pid_m * BLOCK_M
+
+    # key tiles [0, full_hi) need no element mask, [full_hi, end) do, the rest are invisible
+    n_tiles = gl.cdiv(N_K, BLOCK_N)
+    n_even = N_K // BLOCK_N
+    if IS_CAUSAL:
+        # row i sees keys j <= i + causal_offset
+        full_hi = gl.minimum(gl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
+        end = gl.minimum(gl.cdiv(gl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
+    else:
+        full_hi = n_even
+        end = n_tiles
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=1)
+        mbarrier.init(v_empty.index(i), count=1)
+    # the barriers' initialisation visible to the TMA unit (async proxy) before any copy uses them
+    fence_async_shared()
+
+    bufs = (q_smem, k_bufs, v_bufs)
+    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+    coords = (b, h, pid_bh, start_m)
+    if WARP_SPECIALIZE:
+        gl.warp_specialize([
+            (_consumer, ((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
+                         stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL,
+                         HAS_PAD, False, num_warps)),
+            (_producer, ((q_desc, k_desc, v_desc), bufs, bars, coords, end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    else:
+        _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
+                  stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, True,
+                  num_warps)
