@@ -25,10 +25,10 @@ How it is built:
   element mask) and the causal diagonal / ragged last tile (masked).
 
 The key-padding mask (bool (B, N_k), True = padding) is read with plain loads in the consumer.
-The launcher :func:`hopper_forward` builds the host-side TMA descriptors; :func:`supported` says
-whether a call can take this path (Triton version whose Gluon API this was written against, an
-sm_90 device, dtype, head dim, strides). Compile it offline with
-``python -m kernels.compile_check --hopper``.
+The launcher :func:`hopper_forward` builds the host-side TMA descriptors and launches;
+:func:`kernels.hopper_support.supported` (re-exported here) says whether a call can take this path
+(Triton release whose Gluon API this was written against, an sm_90 device, dtype, head dim,
+strides). Compile it offline, without a GPU, with ``python -m kernels.compile_check --hopper``.
 """
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .hopper_support import supported
+
 # TMA copy builtins: Triton 3.6 names them async_copy_global_to_shared / async_copy_shared_to_global;
 # later releases renamed them async_load / async_store (the old names raise)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -54,9 +56,6 @@ _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 LN2 = gl.constexpr(0.6931471805599453)  # ln(2): ln(x) == log2(x) * LN2
 LOG2E = 1.4426950408889634  # log2(e), for the launcher's scale
 
-# Triton (major, minor) releases whose Gluon API the kernel was compiled against
-VERIFIED_TRITON = ((3, 6), (3, 9))
-HEAD_DIMS = (64, 128)
 BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
 BLOCK_N = 128  # keys per K/V tile
 NUM_WARPS = 8  # consumer warps (the default partition)
@@ -294,3 +293,70 @@ def hopper_attention_fwd_kernel(
         _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
                   stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, True,
                   num_warps)
+
+
+# ---------------------------------------------------------------------------------------------
+# launcher
+# ---------------------------------------------------------------------------------------------
+def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
+                   warp_specialize: bool = True):
+    """(out (B, H, N_q, d) in q's dtype, lse (B, H, N_q) float32) of softmax(q k^T * scale) v.
+
+    q: (B, H, N_q, d), k and v: (B, H, N_k, d) CUDA tensors on an sm_90 device, float16 or
+    bfloat16, d in (64, 128), any strides TMA accepts (see :func:`kernels.hopper_support.supported`;
+    raises ``ValueError`` with its reason otherwise). key_padding_mask: optional bool (B, N_k), True
+    = padding key. causal: bottom-right aligned. softmax_scale: default 1 / sqrt(d), must be > 0
+    (the running max is taken over the unscaled scores). ``warp_specialize=False`` runs the
+    single-partition pipeline instead of the producer / consumer partitions.
+    """
+    import torch
+    import triton
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    if k.shape != v.shape or tuple(k.shape) != (B, H, n_k, d):
+        raise ValueError(f"k and v must be (B, H, N_k, d) matching q {tuple(q.shape)}, got k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if min(B, H, n_q, n_k) < 1 or B * H > 65535:
+        raise ValueError(f"need B, H, N_q, N_k >= 1 and B * H <= 65535 (grid axis 1), got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}")
+    capability = torch.cuda.get_device_capability(q.device) if q.is_cuda else (0, 0)
+    ok, why = supported(triton.__version__, capability, q.dtype, d, strides=(q.stride(), k.stride(), v.stride()),
+                        data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr()))
+    if not ok:
+        raise ValueError(why)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    if not scale > 0.0:
+        raise ValueError(f"softmax_scale must be > 0, got {scale}")
+    if key_padding_mask is not None:
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, n_k):
+            raise ValueError(f"key_padding_mask must be bool (B, N_k) = ({B}, {n_k}), got "
+                             f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+
+    out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    gl_dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def descriptor(t, rows):
+        block = [1, 1, rows, d]
+        layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+    if key_padding_mask is None:
+        pad, stride_pb, stride_pn = lse, 0, 0  # never read (HAS_PAD=False)
+    else:
+        pad = key_padding_mask
+        stride_pb, stride_pn = key_padding_mask.stride()
+    options = {"num_warps": NUM_WARPS}
+    if warp_specialize:
+        options["maxnreg"] = MAXNREG
+    grid = (triton.cdiv(n_q, BLOCK_M), B * H)
+    hopper_attention_fwd_kernel[grid](
+        descriptor(q, BLOCK_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), descriptor(out, BLOCK_M),
+        lse, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
+        STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
+        WARP_SPECIALIZE=bool(warp_specialize), **options)
+    return out, lse
