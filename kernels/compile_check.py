@@ -13,10 +13,12 @@ and float32 inputs (the model's norm1 / norm2 under autocast); ``--full --kernel
 compiles only those).
 
 ``--hopper`` compiles the Gluon forward of :mod:`kernels.hopper_attention` instead, through ptxas
-to a cubin (head dims 64 and 128, bfloat16 and float16, causal or not, with or without a key-padding
-mask, warp-specialised and single-partition), printing registers, spill stores, shared memory and
-the ``setmaxnreg`` counts of the partitions. It skips, with a one-line reason and exit status 0,
-under a Triton release that kernel was not written against (``kernels.hopper_support``).
+to a cubin: head dims 64 and 128, bfloat16 and float16, causal or not, with or without a
+key-padding mask, each in its four schedules (warp-specialised or single-partition, with or
+without the overlap of one tile's softmax with the previous tile's PV); it prints registers, spill
+stores, shared memory and the partitions' ``setmaxnreg`` counts. It skips, with a one-line reason
+and exit status 0, under a Triton release that kernel was not written against
+(``kernels.hopper_support``).
 
 Variants whose flags say every dimension is a multiple of its tile (``EVEN_*``) are specialised as
 the JIT specialises a contiguous input of such a shape: unit strides become the constant 1 and
@@ -289,7 +291,7 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
         yield line
 
 
-def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_specialize: bool):
+def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_specialize: bool, overlap: bool):
     """(Gluon source of the Hopper forward as :func:`kernels.hopper_attention.hopper_forward` launches
     it, its compile options). Integer arguments are left unspecialised (the general variant)."""
     from triton.experimental.gluon import language as gl
@@ -307,7 +309,7 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
     types = dict(q_desc=descriptor(ha.BLOCK_M), k_desc=descriptor(ha.BLOCK_N), v_desc=descriptor(ha.BLOCK_N),
                  o_desc=descriptor(ha.BLOCK_M), LSE="*fp32", PAD="*i1", qk_scale="fp32")
     constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad,
-                      WARP_SPECIALIZE=warp_specialize, num_warps=ha.NUM_WARPS)
+                      WARP_SPECIALIZE=warp_specialize, OVERLAP=overlap, num_warps=ha.NUM_WARPS)
     sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
     options = {"num_warps": ha.NUM_WARPS}
     if warp_specialize:
@@ -315,31 +317,45 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
     return GluonASTSource(fn, sig, constexprs=constexprs), options
 
 
-def compile_hopper(arch: int = 90):
-    """Compiles every variant of the Hopper Gluon forward to a cubin, yielding one line per variant
-    with its resources (raises on the first failure). The caller checks the Triton version first
-    (:func:`kernels.hopper_support.triton_version_ok`)."""
+def _hopper_variant(variant: tuple, arch: int = 90) -> str:
+    """Compiles one Hopper variant (head dim, dtype, causal, pad, warp-specialised, overlapped) to a
+    cubin; its report line."""
     import re
 
     import triton
     from triton.backends.compiler import GPUTarget
 
-    target = GPUTarget("cuda", arch, 32)
-    for head_dim, dtype, causal, pad, ws in itertools.product((64, 128), ("bf16", "fp16"), (False, True),
-                                                              (False, True), (True, False)):
-        src, options = _hopper_source(head_dim, dtype, causal, pad, ws)
-        t0 = time.perf_counter()
-        compiled = triton.compile(src, target=target, options=options)
-        on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
-        schedule = "warp-spec" if ws else "1-partition"
-        # warp specialisation: REG is the launch cap; the partitions' own budgets are setmaxnreg's
-        maxnreg = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
-                                                     compiled.asm["ptx"])})
-        line = (f"hopper {dtype:>5} d={head_dim:<3} {schedule:<11} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
-                f"{_resources(compiled.asm['cubin'])} smem:{compiled.metadata.shared}")
-        if maxnreg:
-            line += " setmaxnreg:" + ",".join(map(str, maxnreg))
-        yield line
+    head_dim, dtype, causal, pad, ws, overlap = variant
+    src, options = _hopper_source(head_dim, dtype, causal, pad, ws, overlap)
+    t0 = time.perf_counter()
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+    on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
+    schedule = ("warp-spec" if ws else "1-partition") + ("+overlap" if overlap else "")
+    # warp specialisation: REG is the launch cap; the partitions' own budgets are setmaxnreg's
+    maxnreg = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
+                                                 compiled.asm["ptx"])})
+    line = (f"hopper {dtype:>5} d={head_dim:<3} {schedule:<19} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
+            f"{_resources(compiled.asm['cubin'])} smem:{compiled.metadata.shared}")
+    if maxnreg:
+        line += " setmaxnreg:" + ",".join(map(str, maxnreg))
+    return line
+
+
+def compile_hopper(jobs: int | None = None):
+    """Compiles every variant of the Hopper Gluon forward to an sm_90 cubin, ``jobs`` at a time in
+    worker processes (default: up to 8), yielding one line per variant, in order, with its
+    resources (raises on the first failure). The caller checks the Triton version first
+    (:func:`kernels.hopper_support.triton_version_ok`)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    variants = list(itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), (True, False),
+                                      (True, False)))
+    jobs = jobs or min(8, os.cpu_count() or 1)
+    if jobs == 1:
+        yield from map(_hopper_variant, variants)
+        return
+    with ProcessPoolExecutor(jobs) as pool:
+        yield from pool.map(_hopper_variant, variants)
 
 
 def _hopper_skip_reason() -> str | None:

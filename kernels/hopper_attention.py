@@ -20,7 +20,10 @@ How it is built:
   query rows each) run the MMAs and the softmax. Without it, the consumer warps issue the loads
   themselves, ``STAGES`` tiles ahead (a plain software pipeline; same loop otherwise).
 - S = Q K^T and O += P V are asynchronous warpgroup MMAs (wgmma) from shared memory, P from
-  registers (its accumulator layout converted to the wgmma A-operand layout).
+  registers (its accumulator layout converted to the wgmma A-operand layout). With ``OVERLAP``
+  (FlashAttention-3's intra-warpgroup overlap) tile j's QK^T and tile j - 1's PV are issued back
+  to back and tile j's softmax runs while the PV is still on the tensor cores; without it each
+  wgmma is waited for at once.
 - The key loop runs in two parts, like the portable kernel: tiles every row sees in full (no
   element mask) and the causal diagonal / ragged last tile (masked).
 
@@ -106,73 +109,148 @@ def _producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.
 
 
 @gluon.jit
-def _attend_tiles(acc, m_i, l_i, q_tile, k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                  b, h, lo, hi, end, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
-                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr,
-                  s_layout: gl.constexpr, o_layout: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                  HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr):
-    """Online softmax over key tiles [lo, hi) (``MASKED``: apply the causal / sequence-end mask).
-    Key tile j sits in ring slot j % STAGES, filled for the (j // STAGES)-th time."""
+def _slot(j, STAGES: gl.constexpr):
+    """(ring slot, mbarrier phase) of key tile j: slot j % STAGES, filled for the (j // STAGES)-th time."""
+    return j % STAGES, (j // STAGES) & 1
+
+
+@gluon.jit
+def _issue_scores(q_tile, ring, j, s_zero, STAGES: gl.constexpr):
+    """Waits for K of tile j, then issues S = Q K^T as an asynchronous wgmma (returns its token)."""
+    k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
+    slot, phase = _slot(j, STAGES)
+    mbarrier.wait(k_ready.index(slot), phase)
+    k_tile = k_bufs.index(slot).reshape([k_desc.block_type.shape[2], k_desc.block_type.shape[3]])
+    return warpgroup_mma(q_tile, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _issue_pv(p_op, acc, ring, j, STAGES: gl.constexpr):
+    """Waits for V of tile j, then issues O += P V as an asynchronous wgmma (P from registers)."""
+    k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
+    slot, phase = _slot(j, STAGES)
+    mbarrier.wait(v_ready.index(slot), phase)
+    v_tile = v_bufs.index(slot).reshape([v_desc.block_type.shape[2], v_desc.block_type.shape[3]])
+    return warpgroup_mma(p_op, v_tile, acc, is_async=True)
+
+
+@gluon.jit
+def _release_k(ring, j, STAGES: gl.constexpr, SELF_LOAD: gl.constexpr):
+    """K of tile j is no longer read (its QK^T has completed): tell the producer."""
+    k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
+    if not SELF_LOAD:
+        slot, phase = _slot(j, STAGES)
+        mbarrier.arrive(k_empty.index(slot), count=1)
+
+
+@gluon.jit
+def _release_kv(ring, b, h, j, end, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, SELF_LOAD: gl.constexpr):
+    """Tile j's slot is no longer read (its PV has completed): hand V back to the producer or,
+    without one, refill the slot with tile j + STAGES."""
+    k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
+    slot, phase = _slot(j, STAGES)
+    if SELF_LOAD:
+        # every warpgroup has waited for its own wgmmas on the slot before one thread refills it
+        _cta_barrier()
+        nxt = j + STAGES
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+        _load_tile(k_desc, k_bufs, k_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
+        _load_tile(v_desc, v_bufs, v_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
+    else:
+        mbarrier.arrive(v_empty.index(slot), count=1)
+
+
+@gluon.jit
+def _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr):
+    """Masks the scores ``s`` of key tile j (``MASKED``: causal rule and sequence end; ``HAS_PAD``:
+    padding keys) and folds them into the running row max ``m_i`` and sum ``l_i``. Returns (p,
+    alpha, m, l): the tile's probabilities (float32, relative to the new max) and the factor that
+    rescales what was accumulated before."""
+    BLOCK_N: gl.constexpr = s.shape[1]
+    cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+    if MASKED:
+        if IS_CAUSAL:
+            # row i sees keys j <= i + causal_offset
+            allowed = (cols[None, :] <= rows[:, None] + causal_offset) & (cols[None, :] < N_K)
+        else:
+            allowed = (cols[None, :] < N_K) & (rows[:, None] >= 0)
+        s = gl.where(allowed, s, float("-inf"))
+    if HAS_PAD:
+        padded = gl.load(pad_row + cols * stride_pn, mask=cols < N_K, other=1)
+        s = gl.where(padded[None, :] == 0, s, float("-inf"))
+
+    # running max of the raw scores: subtracting before scaling makes a row's largest p exactly 1
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    if MASKED or HAS_PAD:
+        # a row with no visible key so far keeps m = -inf; subtract 0 instead (p = 0, no NaN)
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    p = gl.exp2((s - m_use[:, None]) * qk_scale)
+    alpha = gl.exp2((m_i - m_use) * qk_scale)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, lo, hi, end, rows, N_K, causal_offset, qk_scale,
+                  pad_row, stride_pn, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, MASKED: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr):
+    """Key tiles [lo, hi), one after the other: S, softmax, then PV, each wgmma waited for at once
+    (the TMA loads of later tiles overlap; the MMAs and the softmax do not). ``s_zero``: a zero
+    tile in the layout of S (the QK^T wgmma's accumulator operand, ignored with use_acc=False)."""
+    o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    s_zero = gl.zeros([rows.shape[0], BLOCK_N], gl.float32, s_layout)
     for j in range(lo, hi):
-        slot = j % STAGES
-        phase = (j // STAGES) & 1
-        k_tile = k_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
-        v_tile = v_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
-
-        mbarrier.wait(k_ready.index(slot), phase)
-        s = warpgroup_mma(q_tile, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = _issue_scores(q_tile, ring, j, s_zero, STAGES)
         s = warpgroup_mma_wait(0, deps=[s])
-        if not SELF_LOAD:
-            mbarrier.arrive(k_empty.index(slot), count=1)
-
-        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        if MASKED:
-            if IS_CAUSAL:
-                allowed = (cols[None, :] <= rows[:, None] + causal_offset) & (cols[None, :] < N_K)
-            else:
-                allowed = (cols[None, :] < N_K) & (rows[:, None] >= 0)
-            s = gl.where(allowed, s, float("-inf"))
-        if HAS_PAD:
-            padded = gl.load(pad_row + cols * stride_pn, mask=cols < N_K, other=1)
-            s = gl.where(padded[None, :] == 0, s, float("-inf"))
-
-        # running max of the raw scores: subtracting before scaling makes a row's largest p exactly 1
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        if MASKED or HAS_PAD:
-            # a row with no visible key so far keeps m = -inf; subtract 0 instead (p = 0, no NaN)
-            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_use = m_new
-        p = gl.exp2((s - m_use[:, None]) * qk_scale)
-        alpha = gl.exp2((m_i - m_use) * qk_scale)
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
+        _release_k(ring, j, STAGES, SELF_LOAD)
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+                                             MASKED, IS_CAUSAL, HAS_PAD)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-        p_op = gl.convert_layout(p.to(k_bufs.dtype), p_layout)
-
-        mbarrier.wait(v_ready.index(slot), phase)
-        acc = warpgroup_mma(p_op, v_tile, acc, is_async=True)
+        p_op = gl.convert_layout(p.to(ring[2].dtype), p_layout)
+        acc = _issue_pv(p_op, acc, ring, j, STAGES)
         acc = warpgroup_mma_wait(0, deps=[acc])
-        if SELF_LOAD:
-            # every warpgroup has finished reading the slot before one thread refills it
-            _cta_barrier()
-            nxt = j + STAGES
-            _load_tile(k_desc, k_bufs, k_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
-            _load_tile(v_desc, v_bufs, v_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
-        else:
-            mbarrier.arrive(v_empty.index(slot), count=1)
+        _release_kv(ring, b, h, j, end, STAGES, NBYTES_KV, SELF_LOAD)
     return acc, m_i, l_i
+
+
+@gluon.jit
+def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo, hi, end, rows, N_K,
+                             causal_offset, qk_scale, pad_row, stride_pn, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr,
+                             MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr,
+                             SELF_LOAD: gl.constexpr):
+    """Key tiles [lo, hi), lo >= 1, with FlashAttention-3's intra-warpgroup overlap: tile j's QK^T
+    and tile j - 1's PV (``p_op``: tile j - 1's P, in registers) are issued together; wgmma
+    groups complete in issue order, so waiting until one group is left in flight gives S_j while
+    the tensor cores still run PV_{j-1}, and tile j's softmax overlaps it. Returns tile hi - 1's P
+    for the caller to finish."""
+    o_layout: gl.constexpr = acc.type.layout
+    p_layout: gl.constexpr = p_op.type.layout
+    for j in range(lo, hi):
+        s = _issue_scores(q_tile, ring, j, s_zero, STAGES)
+        acc = _issue_pv(p_op, acc, ring, j - 1, STAGES)
+        s = warpgroup_mma_wait(1, deps=[s])
+        _release_k(ring, j, STAGES, SELF_LOAD)
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+                                             MASKED, IS_CAUSAL, HAS_PAD)
+        # P_{j-1} (an operand of the PV in flight) stays live until that wgmma has completed
+        acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+        _release_kv(ring, b, h, j - 1, end, STAGES, NBYTES_KV, SELF_LOAD)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p_op = gl.convert_layout(p.to(ring[2].dtype), p_layout)
+    return acc, m_i, l_i, p_op
 
 
 @gluon.jit
 def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
               STAGES: gl.constexpr, NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr):
+              HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr, SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr):
     """Default partition: the MMAs, the online softmax and the epilogue (O through TMA from the Q
     buffer, which the last QK^T has finished with; LSE with plain stores). With ``SELF_LOAD`` it
-    also issues the loads (no producer partition)."""
+    also issues the loads (no producer partition). ``OVERLAP``: FlashAttention-3's overlap of a
+    tile's softmax with the previous tile's PV (:func:`_attend_tiles_overlapped`)."""
     q_desc, k_desc, v_desc, o_desc = descs
     q_smem, k_bufs, v_bufs = bufs
     q_bar, k_ready, v_ready, k_empty, v_empty = bars
@@ -182,6 +260,7 @@ def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn,
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     gl.static_assert(BLOCK_M == 16 * NUM_WARPS, "one 16-row wgmma slice per warp along M")
+    ring = (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty)
 
     # wgmma accumulators: warps stacked along M (4 warps = one warpgroup = 64 rows), instruction
     # N = the whole tile width, K = 16 (16-bit inputs)
@@ -189,6 +268,8 @@ def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn,
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
 
     if SELF_LOAD:
         mbarrier.expect(q_bar, NBYTES_Q)
@@ -205,14 +286,36 @@ def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn,
 
     q_tile = q_smem.reshape([BLOCK_M, HEAD_DIM])
     mbarrier.wait(q_bar, 0)
-    acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                                  v_empty, b, h, 0, full_hi, end, rows, N_K, causal_offset, qk_scale, pad_row,
-                                  stride_pn, BLOCK_N, HEAD_DIM, STAGES, NBYTES_KV, s_layout, o_layout, False,
-                                  IS_CAUSAL, HAS_PAD, SELF_LOAD)
-    acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                                  v_empty, b, h, full_hi, end, end, rows, N_K, causal_offset, qk_scale, pad_row,
-                                  stride_pn, BLOCK_N, HEAD_DIM, STAGES, NBYTES_KV, s_layout, o_layout, True,
-                                  IS_CAUSAL, HAS_PAD, SELF_LOAD)
+    if OVERLAP:
+        p_op = gl.zeros([BLOCK_M, BLOCK_N], k_bufs.dtype, p_layout)
+        if end > 0:
+            # tile 0: scores and softmax only (through the masked path, right for any tile); its
+            # PV goes out with tile 1's QK^T
+            s = _issue_scores(q_tile, ring, 0, s_zero, STAGES)
+            s = warpgroup_mma_wait(0, deps=[s])
+            _release_k(ring, 0, STAGES, SELF_LOAD)
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, rows, N_K, causal_offset, qk_scale, pad_row,
+                                                 stride_pn, True, IS_CAUSAL, HAS_PAD)
+            p_op = gl.convert_layout(p.to(k_bufs.dtype), p_layout)
+        acc, m_i, l_i, p_op = _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, 1, full_hi,
+                                                       end, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn, STAGES,
+                                                       NBYTES_KV, False, IS_CAUSAL, HAS_PAD, SELF_LOAD)
+        acc, m_i, l_i, p_op = _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h,
+                                                       gl.maximum(full_hi, 1), end, end, rows, N_K, causal_offset,
+                                                       qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, True,
+                                                       IS_CAUSAL, HAS_PAD, SELF_LOAD)
+        if end > 0:
+            # the last tile's PV
+            acc = _issue_pv(p_op, acc, ring, end - 1, STAGES)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            _release_kv(ring, b, h, end - 1, end, STAGES, NBYTES_KV, SELF_LOAD)
+    else:
+        acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, 0, full_hi, end, rows, N_K,
+                                      causal_offset, qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, False, IS_CAUSAL, HAS_PAD,
+                                      SELF_LOAD)
+        acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, full_hi, end, end, rows, N_K,
+                                      causal_offset, qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, True, IS_CAUSAL, HAS_PAD,
+                                      SELF_LOAD)
 
     # rows that saw no key (l == 0) give 0 and LSE = -inf
     seen = l_i > 0.0
@@ -231,7 +334,7 @@ def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn,
 def hopper_attention_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, LSE, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
-    num_warps: gl.constexpr,
+    OVERLAP: gl.constexpr, num_warps: gl.constexpr,
 ):
     """Grid (cdiv(N_Q, BLOCK_M), B * H); causal query tiles in reverse order (the last see the
     most keys, so they start first)."""
@@ -286,20 +389,20 @@ def hopper_attention_fwd_kernel(
         gl.warp_specialize([
             (_consumer, ((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
                          stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL,
-                         HAS_PAD, False, num_warps)),
+                         HAS_PAD, OVERLAP, False, num_warps)),
             (_producer, ((q_desc, k_desc, v_desc), bufs, bars, coords, end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
-                  stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, True,
-                  num_warps)
+                  stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD,
+                  OVERLAP, True, num_warps)
 
 
 # ---------------------------------------------------------------------------------------------
 # launcher
 # ---------------------------------------------------------------------------------------------
 def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
-                   warp_specialize: bool = True):
+                   warp_specialize: bool = True, overlap: bool = True):
     """(out (B, H, N_q, d) in q's dtype, lse (B, H, N_q) float32) of softmax(q k^T * scale) v.
 
     q: (B, H, N_q, d), k and v: (B, H, N_k, d) CUDA tensors on an sm_90 device, float16 or
@@ -307,7 +410,8 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     raises ``ValueError`` with its reason otherwise). key_padding_mask: optional bool (B, N_k), True
     = padding key. causal: bottom-right aligned. softmax_scale: default 1 / sqrt(d), must be > 0
     (the running max is taken over the unscaled scores). ``warp_specialize=False`` runs the
-    single-partition pipeline instead of the producer / consumer partitions.
+    single-partition pipeline instead of the producer / consumer partitions; ``overlap=False``
+    waits for each wgmma at once instead of overlapping a tile's softmax with the previous tile's PV.
     """
     import torch
     import triton
@@ -358,5 +462,5 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
         descriptor(q, BLOCK_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), descriptor(out, BLOCK_M),
         lse, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
         STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
-        WARP_SPECIALIZE=bool(warp_specialize), **options)
+        WARP_SPECIALIZE=bool(warp_specialize), OVERLAP=bool(overlap), **options)
     return out, lse

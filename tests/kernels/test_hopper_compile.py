@@ -3,16 +3,19 @@ a GPU, under every Triton release it supports; under any other release the check
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-# head dims 64, 128 x bf16, fp16 x causal on / off x mask on / off x warp-specialised / single-partition
-N_VARIANTS = 32
+# head dims 64, 128 x bf16, fp16 x causal on / off x mask on / off x (warp-specialised or single-partition)
+# x (softmax overlapped with the previous PV or not)
+N_VARIANTS = 64
 
 
+@pytest.mark.slow  # 64 ptxas compiles: 1.5-2.5 min on 2 cores
 def test_hopper_gluon_forward_compiles_for_sm90():
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     root = Path(__file__).resolve().parents[2]
@@ -24,6 +27,11 @@ def test_hopper_gluon_forward_compiles_for_sm90():
         pytest.skip(skipped[0].removeprefix("hopper: skipped: "))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("hopper ")]
     assert len(lines) == N_VARIANTS and all(" ok " in line for line in lines), proc.stdout
-    # no variant spills: the single-partition kernel fits 255 registers, the warp-specialised
-    # consumer the 240 that setmaxnreg gives it
-    assert all("spill-stores:0" in line for line in lines), proc.stdout
+    # the plain schedules do not spill (the single-partition kernel fits 255 registers, the
+    # warp-specialised consumer the 240 that setmaxnreg gives it); the overlapped ones, which hold
+    # a tile's S and the previous tile's P at once, may spill one value outside the key loop (Triton
+    # 3.6, warp-specialised, d = 128 with a mask: one 4-byte store before the loop, one load in the
+    # epilogue)
+    for line in lines:
+        spills = int(re.search(r"spill-stores:(\d+)", line)[1])
+        assert spills <= (1 if "+overlap" in line else 0), line
