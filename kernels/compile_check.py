@@ -12,6 +12,14 @@ bfloat16 inputs, bfloat16 with float32 output as under CUDA autocast, bfloat16 o
 and float32 inputs (the model's norm1 / norm2 under autocast); ``--full --kernels ln_fwd,ln_bwd``
 compiles only those).
 
+``--hopper`` compiles the Gluon forward of :mod:`kernels.hopper_attention` instead, through ptxas
+to a cubin: head dims 64 and 128, bfloat16 and float16, causal or not, with or without a
+key-padding mask, each in its four schedules (warp-specialised or single-partition, with or
+without the overlap of one tile's softmax with the previous tile's PV); it prints registers, spill
+stores, shared memory and the partitions' ``setmaxnreg`` counts. It skips, with a one-line reason
+and exit status 0, under a Triton release that kernel was not written against
+(``kernels.hopper_support``).
+
 Variants whose flags say every dimension is a multiple of its tile (``EVEN_*``) are specialised as
 the JIT specialises a contiguous input of such a shape: unit strides become the constant 1 and
 pointers and the other integers are marked divisible by 16. That is what turns the kernels' loads
@@ -289,6 +297,89 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
         yield line
 
 
+def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_specialize: bool, overlap: bool):
+    """(Gluon source of the Hopper forward as :func:`kernels.hopper_attention.hopper_forward` launches
+    it, its compile options). Integer arguments are left unspecialised (the general variant)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from . import hopper_attention as ha
+
+    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+
+    def descriptor(rows: int) -> str:
+        block = [1, 1, rows, head_dim]
+        return f"tensordesc<{dtype}{block},{gl.NVMMASharedLayout.get_default_for(block, gl_dtype)!r}>"
+
+    fn = ha.hopper_attention_fwd_kernel
+    types = dict(q_desc=descriptor(ha.BLOCK_M), k_desc=descriptor(ha.BLOCK_N), v_desc=descriptor(ha.BLOCK_N),
+                 o_desc=descriptor(ha.BLOCK_M), LSE="*fp32", PAD="*i1", qk_scale="fp32")
+    constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad,
+                      WARP_SPECIALIZE=warp_specialize, OVERLAP=overlap, num_warps=ha.NUM_WARPS)
+    sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
+    options = {"num_warps": ha.NUM_WARPS}
+    if warp_specialize:
+        options["maxnreg"] = ha.MAXNREG
+    return GluonASTSource(fn, sig, constexprs=constexprs), options
+
+
+def _hopper_variant(variant: tuple, arch: int = 90) -> str:
+    """Compiles one Hopper variant (head dim, dtype, causal, pad, warp-specialised, overlapped) to a
+    cubin; its report line."""
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    head_dim, dtype, causal, pad, ws, overlap = variant
+    src, options = _hopper_source(head_dim, dtype, causal, pad, ws, overlap)
+    t0 = time.perf_counter()
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+    on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
+    schedule = ("warp-spec" if ws else "1-partition") + ("+overlap" if overlap else "")
+    # warp specialisation: REG is the launch cap; the partitions' own budgets are setmaxnreg's
+    maxnreg = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
+                                                 compiled.asm["ptx"])})
+    line = (f"hopper {dtype:>5} d={head_dim:<3} {schedule:<19} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
+            f"{_resources(compiled.asm['cubin'])} smem:{compiled.metadata.shared}")
+    if maxnreg:
+        line += " setmaxnreg:" + ",".join(map(str, maxnreg))
+    return line
+
+
+def compile_hopper(jobs: int | None = None):
+    """Compiles every variant of the Hopper Gluon forward to an sm_90 cubin, ``jobs`` at a time in
+    worker processes (default: up to 8), yielding one line per variant, in order, with its
+    resources (raises on the first failure). The caller checks the Triton version first
+    (:func:`kernels.hopper_support.triton_version_ok`)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    variants = list(itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), (True, False),
+                                      (True, False)))
+    jobs = jobs or min(8, os.cpu_count() or 1)
+    if jobs == 1:
+        yield from map(_hopper_variant, variants)
+        return
+    with ProcessPoolExecutor(jobs) as pool:
+        yield from pool.map(_hopper_variant, variants)
+
+
+def _hopper_skip_reason() -> str | None:
+    """Why the installed Triton cannot compile the Hopper Gluon kernel (None: it can)."""
+    import triton
+
+    from .hopper_support import triton_version_ok
+
+    ok, why = triton_version_ok(triton.__version__)
+    if not ok:
+        return why
+    try:
+        from . import hopper_attention  # noqa: F401
+    except ImportError as exc:
+        return f"Triton {triton.__version__}: cannot import the Gluon kernel ({exc})"
+    return None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="all dtypes and head dims, and the LayerNorm kernels")
@@ -297,10 +388,20 @@ def main(argv=None) -> int:
                         help="with --ptx: print registers, stack and spill stores of every variant")
     parser.add_argument("--kernels", default=None,
                         help="only these kernels, comma-separated: fwd,dkdv,dq (--full: also ln_fwd,ln_bwd)")
+    parser.add_argument("--hopper", action="store_true",
+                        help="compile the Hopper Gluon forward (kernels.hopper_attention) to cubins instead")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run with TRITON_INTERPRET=0: the interpreter replaces the compiler", file=sys.stderr)
         return 2
+    if args.hopper:
+        reason = _hopper_skip_reason()
+        if reason is not None:
+            print(f"hopper: skipped: {reason}", flush=True)
+            return 0
+        for line in compile_hopper():
+            print(line, flush=True)
+        return 0
     for line in compile_variants(quick=not args.full, ptx=args.ptx, resources=args.resources,
                                  kernel_names=args.kernels):
         print(line, flush=True)

@@ -1,0 +1,466 @@
+"""Dense attention forward for Hopper (sm_90) in Triton's Gluon dialect, after FlashAttention-3.
+
+One program computes one (query tile, batch * head): softmax(q k^T * scale) v for ``BLOCK_M``
+query rows, returning O in the input dtype and the float32 natural-log log-sum-exp of the scaled
+scores. The same numerics as the portable kernel of :mod:`kernels.triton_attention`: the running
+row maximum is taken over the raw scores and ``p = exp2((s - m) * scale * log2(e))`` (the largest
+p of a row is exactly 1); causal masking is aligned to the bottom-right corner (query i sees keys
+j <= i + N_k - N_q); a row with no visible key gets O = 0 and LSE = -inf.
+
+How it is built:
+
+- Q, K, V and O are read and written by TMA through 4-D descriptors over the caller's
+  (B, H, N, d) tensors, block (1, 1, rows, d): any batch / head / row strides work as long as TMA
+  accepts them (last dim contiguous, the other strides and the base 16-byte aligned). Rows past N
+  are zero-filled on load and clipped on store, so nothing of a neighbouring head is touched.
+- K and V tiles stream through a ``STAGES``-deep shared-memory ring; each slot has a "ready"
+  mbarrier (TMA bytes landed) and an "empty" one (the consumer is done with it).
+- With ``WARP_SPECIALIZE`` a one-warp producer partition issues all TMA loads
+  (``gl.warp_specialize``) while the ``num_warps`` consumer warps (two warpgroups at 8 warps, 64
+  query rows each) run the MMAs and the softmax. Without it, the consumer warps issue the loads
+  themselves, ``STAGES`` tiles ahead (a plain software pipeline; same loop otherwise).
+- S = Q K^T and O += P V are asynchronous warpgroup MMAs (wgmma) from shared memory, P from
+  registers (its accumulator layout converted to the wgmma A-operand layout). With ``OVERLAP``
+  (FlashAttention-3's intra-warpgroup overlap) tile j's QK^T and tile j - 1's PV are issued back
+  to back and tile j's softmax runs while the PV is still on the tensor cores; without it each
+  wgmma is waited for at once.
+- The key loop runs in two parts, like the portable kernel: tiles every row sees in full (no
+  element mask) and the causal diagonal / ragged last tile (masked).
+
+The key-padding mask (bool (B, N_k), True = padding) is read with plain loads in the consumer.
+The launcher :func:`hopper_forward` builds the host-side TMA descriptors and launches;
+:func:`kernels.hopper_support.supported` (re-exported here) says whether a call can take this path
+(Triton release whose Gluon API this was written against, an sm_90 device, dtype, head dim,
+strides). Compile it offline, without a GPU, with ``python -m kernels.compile_check --hopper``.
+"""
+from __future__ import annotations
+
+import math
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .hopper_support import supported
+
+# TMA copy builtins: Triton 3.6 names them async_copy_global_to_shared / async_copy_shared_to_global;
+# later releases renamed them async_load / async_store (the old names raise)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+# CTA-wide (partition-wide under warp specialisation) barrier: gl.thread_barrier in 3.6, gl.barrier later
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+LN2 = gl.constexpr(0.6931471805599453)  # ln(2): ln(x) == log2(x) * LN2
+LOG2E = 1.4426950408889634  # log2(e), for the launcher's scale
+
+BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
+BLOCK_N = 128  # keys per K/V tile
+NUM_WARPS = 8  # consumer warps (the default partition)
+PRODUCER_WARPS = gl.constexpr(1)
+PRODUCER_REGS = gl.constexpr(24)  # the fewest registers setmaxnreg allows; the producer only issues TMA copies
+# per-thread register cap of the whole CTA (consumer and producer warps): 65536 registers over 12
+# warps. The producer gives its share back, so the consumer warps can grow to (65536 - 4 * 32 *
+# 24) / 256 = 244 -> 240 registers each
+MAXNREG = 168
+
+
+def stages_for(head_dim: int) -> int:
+    """K/V ring depth: 3 at d = 64 (112 KiB of shared memory), 2 at d = 128 (160 KiB)."""
+    return 3 if head_dim <= 64 else 2
+
+
+# ---------------------------------------------------------------------------------------------
+# device code
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _load_tile(desc, bufs, ready, b, h, j, slot, pred, BLOCK_N: gl.constexpr, NBYTES: gl.constexpr):
+    """TMA copy of key tile ``j`` of head (b, h) into ring slot ``slot``, signalling ``ready[slot]``."""
+    bar = ready.index(slot)
+    mbarrier.expect(bar, NBYTES, pred=pred)
+    _tma_load(desc, [b, h, j * BLOCK_N, 0], bar, bufs.index(slot), pred=pred)
+
+
+@gluon.jit
+def _producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+              NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr):
+    """Worker partition: Q once, then K and V of key tiles [0, end) into the ring, each into a
+    slot only after the consumer has released it."""
+    q_desc, k_desc, v_desc = descs
+    q_smem, k_bufs, v_bufs = bufs
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    b, h, bh, start_m = coords
+    mbarrier.expect(q_bar, NBYTES_Q)
+    _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+    for j in range(0, end):
+        slot = j % STAGES
+        # an mbarrier starts in phase 0 with the phase before (parity 1) counted as complete, so
+        # the first pass over the ring waits for nothing
+        free_phase = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(slot), free_phase)
+        _load_tile(k_desc, k_bufs, k_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+        mbarrier.wait(v_empty.index(slot), free_phase)
+        _load_tile(v_desc, v_bufs, v_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+
+
+@gluon.jit
+def _slot(j, STAGES: gl.constexpr):
+    """(ring slot, mbarrier phase) of key tile j: slot j % STAGES, filled for the (j // STAGES)-th time."""
+    return j % STAGES, (j // STAGES) & 1
+
+
+@gluon.jit
+def _issue_scores(q_tile, ring, j, s_zero, STAGES: gl.constexpr):
+    """Waits for K of tile j, then issues S = Q K^T as an asynchronous wgmma (returns its token)."""
+    k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
+    slot, phase = _slot(j, STAGES)
+    mbarrier.wait(k_ready.index(slot), phase)
+    k_tile = k_bufs.index(slot).reshape([k_desc.block_type.shape[2], k_desc.block_type.shape[3]])
+    return warpgroup_mma(q_tile, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _issue_pv(p_op, acc, ring, j, STAGES: gl.constexpr):
+    """Waits for V of tile j, then issues O += P V as an asynchronous wgmma (P from registers)."""
+    k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
+    slot, phase = _slot(j, STAGES)
+    mbarrier.wait(v_ready.index(slot), phase)
+    v_tile = v_bufs.index(slot).reshape([v_desc.block_type.shape[2], v_desc.block_type.shape[3]])
+    return warpgroup_mma(p_op, v_tile, acc, is_async=True)
+
+
+@gluon.jit
+def _release_k(ring, j, STAGES: gl.constexpr, SELF_LOAD: gl.constexpr):
+    """K of tile j is no longer read (its QK^T has completed): tell the producer."""
+    k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
+    if not SELF_LOAD:
+        slot, phase = _slot(j, STAGES)
+        mbarrier.arrive(k_empty.index(slot), count=1)
+
+
+@gluon.jit
+def _release_kv(ring, b, h, j, end, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, SELF_LOAD: gl.constexpr):
+    """Tile j's slot is no longer read (its PV has completed): hand V back to the producer or,
+    without one, refill the slot with tile j + STAGES."""
+    k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
+    slot, phase = _slot(j, STAGES)
+    if SELF_LOAD:
+        # every warpgroup has waited for its own wgmmas on the slot before one thread refills it
+        _cta_barrier()
+        nxt = j + STAGES
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+        _load_tile(k_desc, k_bufs, k_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
+        _load_tile(v_desc, v_bufs, v_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
+    else:
+        mbarrier.arrive(v_empty.index(slot), count=1)
+
+
+@gluon.jit
+def _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+                    MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr):
+    """Masks the scores ``s`` of key tile j (``MASKED``: causal rule and sequence end; ``HAS_PAD``:
+    padding keys) and folds them into the running row max ``m_i`` and sum ``l_i``. Returns (p,
+    alpha, m, l): the tile's probabilities (float32, relative to the new max) and the factor that
+    rescales what was accumulated before."""
+    BLOCK_N: gl.constexpr = s.shape[1]
+    cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+    if MASKED:
+        if IS_CAUSAL:
+            # row i sees keys j <= i + causal_offset
+            allowed = (cols[None, :] <= rows[:, None] + causal_offset) & (cols[None, :] < N_K)
+        else:
+            allowed = (cols[None, :] < N_K) & (rows[:, None] >= 0)
+        s = gl.where(allowed, s, float("-inf"))
+    if HAS_PAD:
+        padded = gl.load(pad_row + cols * stride_pn, mask=cols < N_K, other=1)
+        s = gl.where(padded[None, :] == 0, s, float("-inf"))
+
+    # running max of the raw scores: subtracting before scaling makes a row's largest p exactly 1
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    if MASKED or HAS_PAD:
+        # a row with no visible key so far keeps m = -inf; subtract 0 instead (p = 0, no NaN)
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    p = gl.exp2((s - m_use[:, None]) * qk_scale)
+    alpha = gl.exp2((m_i - m_use) * qk_scale)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, lo, hi, end, rows, N_K, causal_offset, qk_scale,
+                  pad_row, stride_pn, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, MASKED: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr):
+    """Key tiles [lo, hi), one after the other: S, softmax, then PV, each wgmma waited for at once
+    (the TMA loads of later tiles overlap; the MMAs and the softmax do not). ``s_zero``: a zero
+    tile in the layout of S (the QK^T wgmma's accumulator operand, ignored with use_acc=False)."""
+    o_layout: gl.constexpr = acc.type.layout
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    for j in range(lo, hi):
+        s = _issue_scores(q_tile, ring, j, s_zero, STAGES)
+        s = warpgroup_mma_wait(0, deps=[s])
+        _release_k(ring, j, STAGES, SELF_LOAD)
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+                                             MASKED, IS_CAUSAL, HAS_PAD)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p_op = gl.convert_layout(p.to(ring[2].dtype), p_layout)
+        acc = _issue_pv(p_op, acc, ring, j, STAGES)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        _release_kv(ring, b, h, j, end, STAGES, NBYTES_KV, SELF_LOAD)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo, hi, end, rows, N_K,
+                             causal_offset, qk_scale, pad_row, stride_pn, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr,
+                             MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr,
+                             SELF_LOAD: gl.constexpr):
+    """Key tiles [lo, hi), lo >= 1, with FlashAttention-3's intra-warpgroup overlap: tile j's QK^T
+    and tile j - 1's PV (``p_op``: tile j - 1's P, in registers) are issued together; wgmma
+    groups complete in issue order, so waiting until one group is left in flight gives S_j while
+    the tensor cores still run PV_{j-1}, and tile j's softmax overlaps it. Returns tile hi - 1's P
+    for the caller to finish."""
+    o_layout: gl.constexpr = acc.type.layout
+    p_layout: gl.constexpr = p_op.type.layout
+    for j in range(lo, hi):
+        s = _issue_scores(q_tile, ring, j, s_zero, STAGES)
+        acc = _issue_pv(p_op, acc, ring, j - 1, STAGES)
+        s = warpgroup_mma_wait(1, deps=[s])
+        _release_k(ring, j, STAGES, SELF_LOAD)
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+                                             MASKED, IS_CAUSAL, HAS_PAD)
+        # P_{j-1} (an operand of the PV in flight) stays live until that wgmma has completed
+        acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+        _release_kv(ring, b, h, j - 1, end, STAGES, NBYTES_KV, SELF_LOAD)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p_op = gl.convert_layout(p.to(ring[2].dtype), p_layout)
+    return acc, m_i, l_i, p_op
+
+
+@gluon.jit
+def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
+              STAGES: gl.constexpr, NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr, SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """Default partition: the MMAs, the online softmax and the epilogue (O through TMA from the Q
+    buffer, which the last QK^T has finished with; LSE with plain stores). With ``SELF_LOAD`` it
+    also issues the loads (no producer partition). ``OVERLAP``: FlashAttention-3's overlap of a
+    tile's softmax with the previous tile's PV (:func:`_attend_tiles_overlapped`)."""
+    q_desc, k_desc, v_desc, o_desc = descs
+    q_smem, k_bufs, v_bufs = bufs
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    b, h, bh, start_m = coords
+    full_hi, end = ranges
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    gl.static_assert(BLOCK_M == 16 * NUM_WARPS, "one 16-row wgmma slice per warp along M")
+    ring = (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty)
+
+    # wgmma accumulators: warps stacked along M (4 warps = one warpgroup = 64 rows), instruction
+    # N = the whole tile width, K = 16 (16-bit inputs)
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+
+    if SELF_LOAD:
+        mbarrier.expect(q_bar, NBYTES_Q)
+        _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+        for i in gl.static_range(STAGES):
+            _load_tile(k_desc, k_bufs, k_ready, b, h, i, i, i < end, BLOCK_N, NBYTES_KV)
+            _load_tile(v_desc, v_bufs, v_ready, b, h, i, i, i < end, BLOCK_N, NBYTES_KV)
+
+    rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    pad_row = PAD + b.to(gl.int64) * stride_pb
+
+    q_tile = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    mbarrier.wait(q_bar, 0)
+    if OVERLAP:
+        p_op = gl.zeros([BLOCK_M, BLOCK_N], k_bufs.dtype, p_layout)
+        if end > 0:
+            # tile 0: scores and softmax only (through the masked path, right for any tile); its
+            # PV goes out with tile 1's QK^T
+            s = _issue_scores(q_tile, ring, 0, s_zero, STAGES)
+            s = warpgroup_mma_wait(0, deps=[s])
+            _release_k(ring, 0, STAGES, SELF_LOAD)
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, rows, N_K, causal_offset, qk_scale, pad_row,
+                                                 stride_pn, True, IS_CAUSAL, HAS_PAD)
+            p_op = gl.convert_layout(p.to(k_bufs.dtype), p_layout)
+        acc, m_i, l_i, p_op = _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, 1, full_hi,
+                                                       end, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn, STAGES,
+                                                       NBYTES_KV, False, IS_CAUSAL, HAS_PAD, SELF_LOAD)
+        acc, m_i, l_i, p_op = _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h,
+                                                       gl.maximum(full_hi, 1), end, end, rows, N_K, causal_offset,
+                                                       qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, True,
+                                                       IS_CAUSAL, HAS_PAD, SELF_LOAD)
+        if end > 0:
+            # the last tile's PV
+            acc = _issue_pv(p_op, acc, ring, end - 1, STAGES)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            _release_kv(ring, b, h, end - 1, end, STAGES, NBYTES_KV, SELF_LOAD)
+    else:
+        acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, 0, full_hi, end, rows, N_K,
+                                      causal_offset, qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, False, IS_CAUSAL, HAS_PAD,
+                                      SELF_LOAD)
+        acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, full_hi, end, end, rows, N_K,
+                                      causal_offset, qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, True, IS_CAUSAL, HAS_PAD,
+                                      SELF_LOAD)
+
+    # rows that saw no key (l == 0) give 0 and LSE = -inf
+    seen = l_i > 0.0
+    inv_l = gl.where(seen, 1.0 / gl.where(seen, l_i, 1.0), 0.0)
+    out = acc * gl.convert_layout(inv_l, gl.SliceLayout(1, o_layout))[:, None]
+    lse = gl.where(seen, (m_i * qk_scale + gl.log2(gl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
+    gl.store(LSE + bh.to(gl.int64) * N_Q + rows, lse, mask=rows < N_Q)
+
+    q_tile.store(out.to(o_desc.dtype))
+    fence_async_shared()
+    _tma_store(o_desc, [b, h, start_m, 0], q_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def hopper_attention_fwd_kernel(
+    q_desc, k_desc, v_desc, o_desc, LSE, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
+    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
+    OVERLAP: gl.constexpr, num_warps: gl.constexpr,
+):
+    """Grid (cdiv(N_Q, BLOCK_M), B * H); causal query tiles in reverse order (the last see the
+    most keys, so they start first)."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
+    NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
+    NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+
+    if IS_CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    start_m = pid_m * BLOCK_M
+
+    # key tiles [0, full_hi) need no element mask, [full_hi, end) do, the rest are invisible
+    n_tiles = gl.cdiv(N_K, BLOCK_N)
+    n_even = N_K // BLOCK_N
+    if IS_CAUSAL:
+        # row i sees keys j <= i + causal_offset
+        full_hi = gl.minimum(gl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
+        end = gl.minimum(gl.cdiv(gl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
+    else:
+        full_hi = n_even
+        end = n_tiles
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=1)
+        mbarrier.init(v_empty.index(i), count=1)
+    # the barriers' initialisation visible to the TMA unit (async proxy) before any copy uses them
+    fence_async_shared()
+
+    bufs = (q_smem, k_bufs, v_bufs)
+    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+    coords = (b, h, pid_bh, start_m)
+    if WARP_SPECIALIZE:
+        gl.warp_specialize([
+            (_consumer, ((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
+                         stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL,
+                         HAS_PAD, OVERLAP, False, num_warps)),
+            (_producer, ((q_desc, k_desc, v_desc), bufs, bars, coords, end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    else:
+        _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
+                  stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD,
+                  OVERLAP, True, num_warps)
+
+
+# ---------------------------------------------------------------------------------------------
+# launcher
+# ---------------------------------------------------------------------------------------------
+def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
+                   warp_specialize: bool = True, overlap: bool = True):
+    """(out (B, H, N_q, d) in q's dtype, lse (B, H, N_q) float32) of softmax(q k^T * scale) v.
+
+    q: (B, H, N_q, d), k and v: (B, H, N_k, d) CUDA tensors on an sm_90 device, float16 or
+    bfloat16, d in (64, 128), any strides TMA accepts (see :func:`kernels.hopper_support.supported`;
+    raises ``ValueError`` with its reason otherwise). key_padding_mask: optional bool (B, N_k), True
+    = padding key. causal: bottom-right aligned. softmax_scale: default 1 / sqrt(d), must be > 0
+    (the running max is taken over the unscaled scores). ``warp_specialize=False`` runs the
+    single-partition pipeline instead of the producer / consumer partitions; ``overlap=False``
+    waits for each wgmma at once instead of overlapping a tile's softmax with the previous tile's PV.
+    """
+    import torch
+    import triton
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    if k.shape != v.shape or tuple(k.shape) != (B, H, n_k, d):
+        raise ValueError(f"k and v must be (B, H, N_k, d) matching q {tuple(q.shape)}, got k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if min(B, H, n_q, n_k) < 1 or B * H > 65535:
+        raise ValueError(f"need B, H, N_q, N_k >= 1 and B * H <= 65535 (grid axis 1), got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}")
+    capability = torch.cuda.get_device_capability(q.device) if q.is_cuda else (0, 0)
+    ok, why = supported(triton.__version__, capability, q.dtype, d, strides=(q.stride(), k.stride(), v.stride()),
+                        data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr()))
+    if not ok:
+        raise ValueError(why)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    if not scale > 0.0:
+        raise ValueError(f"softmax_scale must be > 0, got {scale}")
+    if key_padding_mask is not None:
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, n_k):
+            raise ValueError(f"key_padding_mask must be bool (B, N_k) = ({B}, {n_k}), got "
+                             f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+
+    out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    gl_dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def descriptor(t, rows):
+        block = [1, 1, rows, d]
+        layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+    if key_padding_mask is None:
+        pad, stride_pb, stride_pn = lse, 0, 0  # never read (HAS_PAD=False)
+    else:
+        pad = key_padding_mask
+        stride_pb, stride_pn = key_padding_mask.stride()
+    options = {"num_warps": NUM_WARPS}
+    if warp_specialize:
+        options["maxnreg"] = MAXNREG
+    grid = (triton.cdiv(n_q, BLOCK_M), B * H)
+    hopper_attention_fwd_kernel[grid](
+        descriptor(q, BLOCK_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), descriptor(out, BLOCK_M),
+        lse, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
+        STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
+        WARP_SPECIALIZE=bool(warp_specialize), OVERLAP=bool(overlap), **options)
+    return out, lse

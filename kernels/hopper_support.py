@@ -1,0 +1,67 @@
+"""Whether a call can take the Hopper Gluon forward (:mod:`kernels.hopper_attention`).
+
+Importable with any Triton (it imports neither Gluon nor torch), so that a caller or the offline
+compile check can ask before importing the kernel module, whose Gluon API differs between Triton
+releases. Each check returns ``(True, "")`` or ``(False, reason)``; the caller decides the fallback.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+# Triton (major, minor) releases whose Gluon API the kernel was compiled against (offline, sm_90)
+VERIFIED_TRITON = ((3, 6), (3, 9))
+HEAD_DIMS = (64, 128)
+DTYPES = ("float16", "bfloat16")
+_ELEM_BYTES = 2  # float16 / bfloat16
+TMA_ALIGN = 16  # bytes: TMA's base address and every stride but the innermost
+
+
+def triton_version_ok(version: str) -> tuple[bool, str]:
+    """Is ``version`` (e.g. ``triton.__version__``) a release the kernel was compiled against?"""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        return False, f"cannot parse Triton version {version!r}"
+    if (int(match[1]), int(match[2])) not in VERIFIED_TRITON:
+        verified = ", ".join(f"{a}.{b}.x" for a, b in VERIFIED_TRITON)
+        return False, f"Triton {version}: the Hopper Gluon kernel is verified only on {verified}"
+    return True, ""
+
+
+def supported(triton_version: str, capability: tuple[int, int] | None, dtype, head_dim: int,
+              strides: Iterable[Sequence[int]] = (), data_ptrs: Iterable[int] = ()) -> tuple[bool, str]:
+    """Can q, k, v with these properties take the Hopper path?
+
+    Args:
+        triton_version: ``triton.__version__``.
+        capability: the device's ``torch.cuda.get_device_capability()``; ``None`` skips the check
+            (offline compilation).
+        dtype: a torch dtype or its name (``"bfloat16"``).
+        head_dim: d.
+        strides: the (B, H, N, d) strides, in elements, of each of q, k, v.
+        data_ptrs: their data pointers.
+
+    TMA needs the innermost (d) dimension contiguous and the base address and every other stride
+    16-byte aligned; the caller must fall back (e.g. to the portable kernel, or a contiguous copy)
+    when that does not hold.
+    """
+    ok, why = triton_version_ok(triton_version)
+    if not ok:
+        return ok, why
+    if capability is not None and tuple(capability) != (9, 0):
+        return False, f"needs an sm_90 (Hopper) device for wgmma, got compute capability {tuple(capability)}"
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        return False, f"dtype {name}: only float16 and bfloat16"
+    if head_dim not in HEAD_DIMS:
+        return False, f"head_dim {head_dim}: only {', '.join(map(str, HEAD_DIMS))}"
+    for which, tensor_strides in zip("qkv", strides):
+        tensor_strides = tuple(tensor_strides)
+        if tensor_strides[-1] != 1:
+            return False, f"{which}: TMA needs the last dim contiguous, stride {tensor_strides[-1]}"
+        if any(s * _ELEM_BYTES % TMA_ALIGN for s in tensor_strides[:-1]):
+            return False, f"{which}: TMA needs 16-byte aligned strides, got {tensor_strides} (elements)"
+    for which, ptr in zip("qkv", data_ptrs):
+        if ptr % TMA_ALIGN:
+            return False, f"{which}: TMA needs a 16-byte aligned base address"
+    return True, ""

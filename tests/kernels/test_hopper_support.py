@@ -1,0 +1,44 @@
+"""kernels.hopper_support: which calls may take the Hopper Gluon forward (pure Python, no GPU)."""
+from __future__ import annotations
+
+import pytest
+
+from kernels.hopper_support import supported, triton_version_ok
+
+CONTIGUOUS = (4 * 256 * 64, 256 * 64, 64, 1)  # (B, H, N, d) = (*, 4, 256, 64)
+OK_ARGS = dict(strides=(CONTIGUOUS,) * 3, data_ptrs=(0, 4096, 8192))
+
+
+@pytest.mark.parametrize("version, ok", [("3.6.0", True), ("3.6.1+git1234", True), ("3.9.0", True),
+                                         ("3.5.1", False), ("3.7.0", False), ("4.0.0", False), ("dev", False)])
+def test_triton_version_gate(version, ok):
+    assert triton_version_ok(version)[0] is ok
+    assert supported(version, (9, 0), "bfloat16", 64, **OK_ARGS)[0] is ok
+
+
+def test_supported_call():
+    assert supported("3.6.0", (9, 0), "torch.bfloat16", 64, **OK_ARGS) == (True, "")
+    assert supported("3.6.0", None, "float16", 128) == (True, "")  # offline: no device check
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(capability=(8, 0)), "sm_90"),
+    (dict(capability=(10, 0)), "sm_90"),
+    (dict(dtype="float32"), "float32"),
+    (dict(head_dim=32), "head_dim 32"),
+    (dict(strides=(CONTIGUOUS, (64, 64, 1, 256), CONTIGUOUS)), "last dim contiguous"),
+    # a (B, H, N, d) view of a (B, N, H, d) tensor is fine; a head dim of odd stride 36 is not
+    (dict(strides=(CONTIGUOUS, CONTIGUOUS, (256 * 4 * 36, 36, 4 * 36 + 2, 1))), "16-byte aligned strides"),
+    (dict(data_ptrs=(0, 4098, 8192)), "16-byte aligned base"),
+])
+def test_unsupported_calls_give_a_reason(changes, words):
+    args = dict(triton_version="3.6.0", capability=(9, 0), dtype="bfloat16", head_dim=64, **OK_ARGS)
+    args.update(changes)
+    ok, why = supported(**args)
+    assert not ok and words in why, why
+
+
+def test_transposed_heads_view_is_supported():
+    """q of a (B, N, H, d) projection viewed as (B, H, N, d): strides (N*H*d, d, H*d, 1)."""
+    strides = (256 * 4 * 64, 64, 4 * 64, 1)
+    assert supported("3.6.0", (9, 0), "bfloat16", 64, strides=(strides,) * 3)[0]
