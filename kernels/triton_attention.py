@@ -28,7 +28,7 @@ scores and ``log2(l)`` of the softmax denominator. The backward recomputes P fro
 log-sum-exp of magnitude ~|S| * scale instead rounds in steps of up to 2**-8 at |S| * scale ~ 4e4
 and shifts every P of a peaked row by up to 0.3 %: well above float16's own rounding of P (2**-12),
 about bfloat16's (2**-9). So bfloat16 inputs keep the cheaper ``P = exp2(S * scale * log2(e) -
-LSE * log2(e))`` (one subtraction and one row vector less per score tile: 8-13 % of the backward at
+LSE * log2(e))`` (one subtraction and one row vector less per score tile: 8-13 % of forward + backward at
 d = 32 and 64 on the H200); ``tests/kernels/test_peaked_gradients.py`` holds both to the SDPA
 back-ends' gradient error. A row that sees no key stores ``m = +inf``, ``log2(l) = 0`` (and
 ``LSE = -inf``, read as ``+inf``), so its P is 0. dQ is computed in one pass over query tiles and dK/dV in another

@@ -1,0 +1,58 @@
+"""The Hopper Gluon forward (:mod:`kernels.hopper_attention`) against the float64 reference, on an sm_90
+GPU with a Triton release the kernel supports (elsewhere the module cannot run: skipped with the
+reason; ``test_hopper_compile.py`` compiles it offline instead). Every schedule (warp-specialised or
+single-partition, with or without the softmax / PV overlap), d = 64 and 128, ragged and unequal
+N_q / N_k, causal, key padding with a fully padded batch entry (out 0, lse -inf)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from kernel_reference import attention_reference, rel_err
+
+from kernels.hopper_support import supported
+
+
+def _skip_reason() -> str:
+    if not torch.cuda.is_available():
+        return "needs an sm_90 GPU"
+    import triton
+
+    ok, why = supported(triton.__version__, torch.cuda.get_device_capability(), torch.bfloat16, 64)
+    return "" if ok else why
+
+
+pytestmark = pytest.mark.skipif(bool(_skip_reason()), reason=_skip_reason() or "supported")
+
+SCHEDULES = [(False, False), (False, True), (True, False), (True, True)]  # (warp_specialize, overlap)
+SHAPES = [(2, 3, 256, 256), (1, 2, 200, 333), (2, 2, 513, 129), (1, 1, 64, 1000)]  # (B, H, N_q, N_k)
+
+
+@pytest.mark.parametrize("warp_specialize,overlap", SCHEDULES, ids=["plain", "overlap", "ws", "ws-overlap"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("padded", [False, True], ids=["nomask", "mask"])
+def test_hopper_forward_matches_the_reference(warp_specialize, overlap, d, causal, padded):
+    from kernels.hopper_attention import hopper_forward
+
+    g = torch.Generator(device="cuda").manual_seed(d)
+    for dtype in (torch.bfloat16, torch.float16) if (warp_specialize and overlap) else (torch.bfloat16,):
+        for B, H, n_q, n_k in SHAPES:
+            q = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
+            k = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
+            v = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
+            mask = None
+            if padded:
+                mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
+                mask[0] = True  # a batch entry with every key padded
+            out, lse = hopper_forward(q, k, v, mask, causal, None, warp_specialize=warp_specialize, overlap=overlap)
+            ref, ref_lse = attention_reference(q, k, v, key_padding_mask=mask, causal=causal,
+                                               softmax_scale=1 / math.sqrt(d))
+            where = f"{dtype} {(B, H, n_q, n_k)}"
+            assert rel_err(out, ref) < 1e-2, where
+            seen = torch.isfinite(ref_lse)
+            assert torch.equal(torch.isneginf(lse), ~seen), where
+            assert torch.all(out[~seen] == 0), where
+            if seen.any():
+                assert (lse.double()[seen] - ref_lse[seen]).abs().max() < 1e-2, where
