@@ -12,7 +12,7 @@ import argparse
 from lra.commands.parser import Parser, seq_len
 
 K = 1024
-DENSE_IMPLS = ("ours", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
+DENSE_IMPLS = ("ours", "ours_hopper", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
 SPARSE_IMPLS = ("ours_sparse", "flex_sparse")
 PASSES = ("fwd", "bwd", "fwd_bwd")
 # = kernels.layouts.BENCHMARK_LAYOUTS, spelled out so that the CLI parses without importing the kernels

@@ -2,7 +2,9 @@
 
 Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one provenance file:
 
-1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention) vs the anchors ``sdpa_flash``,
+1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention) and ``ours_hopper`` (the Hopper
+   Gluon forward, kernels.hopper_attention, not yet dispatched by flash_attention: forward only,
+   ``unsupported`` elsewhere) vs the anchors ``sdpa_flash``,
    ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
    torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
    (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
@@ -69,6 +71,31 @@ def _sdpa(backend_name: str, causal: bool, dropout: float = 0.0):
     def forward(q, k, v):
         with sdpa_kernel([backend]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
+    return forward
+
+
+def _hopper(causal: bool, dropout: float = 0.0):
+    """The Hopper Gluon forward (``kernels.hopper_attention``); ``Unsupported`` off Hopper, with a
+    Triton release it was not built for, with dropout, and for the backward passes (it has none)."""
+    import torch
+    import triton
+
+    from kernels.hopper_support import supported
+
+    if dropout > 0.0:
+        raise Unsupported("ours_hopper: no dropout")
+
+    def forward(q, k, v):
+        ok, why = supported(triton.__version__, torch.cuda.get_device_capability(q.device), q.dtype, q.shape[-1],
+                            strides=(q.stride(), k.stride(), v.stride()),
+                            data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr()))
+        if not ok:
+            raise Unsupported(f"ours_hopper: {why}")
+        if torch.is_grad_enabled() and q.requires_grad:
+            raise Unsupported("ours_hopper: forward only (no backward kernel yet)")
+        from kernels.hopper_attention import hopper_forward
+
+        return hopper_forward(q, k, v, None, causal, None)[0]
     return forward
 
 
@@ -572,6 +599,8 @@ def run(args) -> int:
                 if impl == "ours":
                     factory = lambda: (lambda q, k, v: kernels.flash_attention(  # noqa: E731
                         q, k, v, causal=args.causal, dropout_p=args.dropout))
+                elif impl == "ours_hopper":
+                    factory = lambda: _hopper(args.causal, args.dropout)  # noqa: E731
                 elif impl.startswith("sdpa"):
                     factory = lambda impl=impl: _sdpa(impl, args.causal, args.dropout)  # noqa: E731
                 elif impl == "flex":
