@@ -297,19 +297,22 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
         mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
         q_tile = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
         do_tile = do_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
+        # S^T first and P^T from it, then dV's wgmma runs beside dP^T's: S^T and dP^T are never
+        # live together (with dK, dV resident that keeps d = 128 within the register file)
         st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-        dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-        st, dpt = warpgroup_mma_wait(0, deps=[st, dpt])
+        st = warpgroup_mma_wait(0, deps=[st])
         pt = _probabilities(st, row_m[None, :], row_b[None, :], qk_scale, EXACT_P)
         if MASKED:
             # query i sees key j iff j <= i + causal_offset
             pt = gl.where(keys[:, None] <= rows[None, :] + causal_offset, pt, 0.0)
         pt_op = gl.convert_layout(pt.to(q_bufs.dtype), op_layout)
         dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+        dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        dv, dpt, pt_op = warpgroup_mma_wait(0, deps=[dv, dpt, pt_op])
         dst = pt * (dpt - delta[None, :])
         dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
         dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
-        dv, dk, pt_op, dst_op = warpgroup_mma_wait(0, deps=[dv, dk, pt_op, dst_op])
+        dk, dst_op = warpgroup_mma_wait(0, deps=[dk, dst_op])
         # both warpgroups are done with the slot before one thread refills it
         _cta_barrier()
         nxt = j + STAGES
