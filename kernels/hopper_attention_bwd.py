@@ -73,12 +73,11 @@ STAGES = 3  # ring depth of both kernels: at d = 128, 160 KiB of shared memory e
 # shared device helpers
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
-def _softmax_rows(ROWS, bh, rows, N_Q, EXACT_P: gl.constexpr):
-    """(m, b) of query rows ``rows`` (any layout) of program (batch * head) ``bh`` from the
-    forward's contiguous (B, H, 3, N_Q) statistics, for :func:`_probabilities`. ``EXACT_P``: the
-    row max and log2 l; else b = lse * log2 e (-inf -> +inf) and m unused. Rows past N_Q read as
-    rows that see no key (P = 0)."""
-    base = ROWS + bh.to(gl.int64) * 3 * N_Q
+def _softmax_rows(base, rows, N_Q, EXACT_P: gl.constexpr):
+    """(m, b) of query rows ``rows`` (any layout) of one (batch, head), whose [lse, m, log2 l]
+    statistics (the forward's contiguous (B, H, 3, N_Q) tensor) start at ``base``, for
+    :func:`_probabilities`. ``EXACT_P``: the row max and log2 l; else b = lse * log2 e (-inf ->
+    +inf) and m unused. Rows past N_Q read as rows that see no key (P = 0)."""
     ok = rows < N_Q
     if EXACT_P:
         row_m = gl.load(base + N_Q + rows, mask=ok, other=float("inf"))
@@ -247,7 +246,7 @@ def hopper_attention_bwd_dq_kernel(
     delta = gl.convert_layout(delta, row_layout)
 
     rows = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
-    row_m, row_b = _softmax_rows(ROWS, bh, rows, N_Q, EXACT_P)
+    row_m, row_b = _softmax_rows(ROWS + bh.to(gl.int64) * 3 * N_Q, rows, N_Q, EXACT_P)
     pad_row = PAD + b.to(gl.int64) * stride_pb
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
@@ -275,7 +274,8 @@ def hopper_attention_bwd_dq_kernel(
 # dK, dV: one program per key tile, loop over query tiles
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
-def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, ROWS, DELTA, bh, N_Q, causal_offset,
+def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, stats_base, delta_base, N_Q,
+                causal_offset,
                 qk_scale, st_zero, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr, MASKED: gl.constexpr,
                 EXACT_P: gl.constexpr):
     """dK/dV accumulation over ring entries [lo, hi): entry j is query tile ``first + j`` in slot
@@ -286,13 +286,12 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     st_layout: gl.constexpr = st_zero.type.layout
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
-    delta_base = DELTA + bh.to(gl.int64) * N_Q
     for j in range(lo, hi):
         slot = j % STAGES
         start_m = (first + j) * BLOCK_M
         # the query rows run along the columns of the transposed tiles
         rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))
-        row_m, row_b = _softmax_rows(ROWS, bh, rows, N_Q, EXACT_P)
+        row_m, row_b = _softmax_rows(stats_base, rows, N_Q, EXACT_P)
         delta = gl.load(delta_base + rows, mask=rows < N_Q, other=0.0)
         mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
         q_tile = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
@@ -384,20 +383,24 @@ def hopper_attention_bwd_dkdv_kernel(
     k_tile = k_smem.reshape([BLOCK_N, HEAD_DIM])
     v_tile = v_smem.reshape([BLOCK_N, HEAD_DIM])
     ring = (q_desc, do_desc, q_bufs, do_bufs, ready)
+    stats_base = ROWS + bh.to(gl.int64) * 3 * N_Q
+    delta_base = DELTA + bh.to(gl.int64) * N_Q
+    if HAS_PAD:
+        # the keys' padding flags, read before the loops (fewer scalars live across them)
+        acc_keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
+        key_ok = gl.load(PAD + b.to(gl.int64) * stride_pb + acc_keys * stride_pn, mask=acc_keys < N_K, other=1) == 0
     mbarrier.wait(kv_bar, 0)
     if IS_CAUSAL:
-        dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, full_lo - first, count, keys, ROWS, DELTA,
-                             bh, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, True, EXACT_P)
-    dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, full_lo - first, count, count, keys, ROWS, DELTA,
-                         bh, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, False, EXACT_P)
+        dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, full_lo - first, count, keys, stats_base,
+                             delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, True, EXACT_P)
+    dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, full_lo - first, count, count, keys, stats_base,
+                         delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, False, EXACT_P)
 
     dk = dk * sm_scale
     if HAS_PAD:
         # a padded key gets no probability from any query: its dK and dV are exactly zero
-        acc_keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
-        padded = gl.load(PAD + b.to(gl.int64) * stride_pb + acc_keys * stride_pn, mask=acc_keys < N_K, other=1)
-        dk = gl.where(padded[:, None] == 0, dk, 0.0)
-        dv = gl.where(padded[:, None] == 0, dv, 0.0)
+        dk = gl.where(key_ok[:, None], dk, 0.0)
+        dv = gl.where(key_ok[:, None], dv, 0.0)
     # dK and dV out through the K and V buffers (every wgmma reading them has completed)
     _cta_barrier()
     k_tile.store(dk.to(dk_desc.dtype))
