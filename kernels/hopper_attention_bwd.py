@@ -27,8 +27,9 @@ atomics), launched in this order on one stream:
 - ``hopper_attention_bwd_dkdv_kernel``: one program per (key tile of ``DKV_BLOCK_N``, batch *
   head). K and V stay in shared memory; Q and dO tiles of ``DKV_BLOCK_M`` queries stream through
   a TMA ring. Per query tile, transposed so that keys run along the wgmma M dimension: S^T = K Q^T
-  and dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q (P^T, dS^T from registers). Query rows'
-  statistics and delta are plain loads. dK and dV leave through TMA from the K and V buffers.
+  and P^T from it; dV += P^T dO issued together with dP^T = V dO^T; then dK += dS^T Q (P^T, dS^T
+  from registers). Query rows' statistics and delta are plain loads. dK and dV leave through TMA
+  from the K and V buffers.
 
 Both are single-partition software pipelines: the consumer warps issue the TMA loads themselves,
 ``STAGES`` tiles ahead, refilling a ring slot once every warpgroup has waited for the wgmmas that
