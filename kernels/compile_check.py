@@ -16,7 +16,10 @@ compiles only those).
 to a cubin: head dims 64 and 128, bfloat16 and float16, causal or not, with or without a
 key-padding mask, each in its four schedules (warp-specialised or single-partition, with or
 without the overlap of one tile's softmax with the previous tile's PV); it prints registers, spill
-stores, shared memory and the partitions' ``setmaxnreg`` counts. It skips, with a one-line reason
+stores, shared memory and the partitions' ``setmaxnreg`` counts. It then compiles the Gluon backward of
+:mod:`kernels.hopper_attention_bwd` (its dQ and dK/dV kernels) for the same head dims, dtypes,
+causal and mask flags, printing ``hopper-bwd`` lines with registers, spill stores, the spill
+stores and loads inside loops (``loop-spills``) and shared memory. It skips, with a one-line reason
 and exit status 0, under a Triton release that kernel was not written against
 (``kernels.hopper_support``).
 
@@ -347,21 +350,107 @@ def _hopper_variant(variant: tuple, arch: int = 90) -> str:
     return line
 
 
+def _loop_spills(cubin: bytes) -> int:
+    """Spill stores and loads (STL / LDL) of a cubin's SASS that lie inside a loop: between a
+    predicated backward branch (a loop's latch) and its target. Unpredicated backward branches are
+    left out: ptxas places the slow path of an mbarrier wait after the kernel's end and jumps back
+    from there unconditionally."""
+    import pathlib
+    import re
+    import subprocess
+    import tempfile
+
+    import triton.backends.nvidia as nv
+
+    tool = pathlib.Path(nv.__file__).parent / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True).stdout
+    spills, loops = [], []
+    for line in sass.splitlines():
+        match = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*)", line)
+        if match is None:
+            continue
+        addr, text = int(match[1], 16), match[2]
+        if re.search(r"\b(STL|LDL)\b", text):
+            spills.append(addr)
+        branch = re.search(r"^@!?U?P\w+\s+BRA\s+0x([0-9a-f]+)", text)
+        if branch and int(branch[1], 16) < addr:
+            loops.append((int(branch[1], 16), addr))
+    return sum(any(lo <= a <= hi for lo, hi in loops) for a in spills)
+
+
+def _hopper_bwd_source(kernel: str, head_dim: int, dtype: str, causal: bool, pad: bool):
+    """(Gluon source of a Hopper backward kernel -- "dq" or "dkdv" -- as
+    :func:`kernels.hopper_attention_bwd.hopper_backward` launches it, its compile options)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from . import hopper_attention_bwd as hb
+
+    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+
+    def descriptor(rows: int) -> str:
+        block = [1, 1, rows, head_dim]
+        return f"tensordesc<{dtype}{block},{gl.NVMMASharedLayout.get_default_for(block, gl_dtype)!r}>"
+
+    if kernel == "dq":
+        fn = hb.hopper_attention_bwd_dq_kernel
+        rows_q, rows_k = hb.DQ_BLOCK_M, hb.DQ_BLOCK_N
+        types = dict(dq_desc=descriptor(rows_q), O="*" + dtype, DO="*" + dtype)
+    else:
+        fn = hb.hopper_attention_bwd_dkdv_kernel
+        rows_q, rows_k = hb.DKV_BLOCK_M, hb.DKV_BLOCK_N
+        types = dict(dk_desc=descriptor(rows_k), dv_desc=descriptor(rows_k))
+    types.update(q_desc=descriptor(rows_q), k_desc=descriptor(rows_k), v_desc=descriptor(rows_k),
+                 do_desc=descriptor(rows_q), ROWS="*fp32", DELTA="*fp32", PAD="*i1", qk_scale="fp32",
+                 sm_scale="fp32")
+    constexprs = dict(STAGES=hb.STAGES, IS_CAUSAL=causal, HAS_PAD=pad, EXACT_P=hb.exact_p(
+        {"bf16": "bfloat16", "fp16": "float16"}[dtype]), num_warps=hb.NUM_WARPS)
+    sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
+    return GluonASTSource(fn, sig, constexprs=constexprs), {"num_warps": hb.NUM_WARPS}
+
+
+def _hopper_bwd_variant(variant: tuple, arch: int = 90) -> str:
+    """Compiles one Hopper backward variant (kernel, head dim, dtype, causal, pad) to a cubin; its
+    report line."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    kernel, head_dim, dtype, causal, pad = variant
+    src, options = _hopper_bwd_source(kernel, head_dim, dtype, causal, pad)
+    t0 = time.perf_counter()
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+    on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
+    cubin = compiled.asm["cubin"]
+    return (f"hopper-bwd {kernel:>4} {dtype:>5} d={head_dim:<3} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
+            f"{_resources(cubin)} loop-spills:{_loop_spills(cubin)} smem:{compiled.metadata.shared}")
+
+
+def _hopper_any_variant(job: tuple) -> str:
+    """One compile job of :func:`compile_hopper`: ("fwd", forward variant) or ("bwd", backward variant)."""
+    which, variant = job
+    return _hopper_variant(variant) if which == "fwd" else _hopper_bwd_variant(variant)
+
+
 def compile_hopper(jobs: int | None = None):
-    """Compiles every variant of the Hopper Gluon forward to an sm_90 cubin, ``jobs`` at a time in
-    worker processes (default: up to 8), yielding one line per variant, in order, with its
-    resources (raises on the first failure). The caller checks the Triton version first
-    (:func:`kernels.hopper_support.triton_version_ok`)."""
+    """Compiles every variant of the Hopper Gluon forward, then of the backward's dQ and dK/dV
+    kernels, to sm_90 cubins, ``jobs`` at a time in worker processes (default: up to 8), yielding
+    one line per variant, in order, with its resources (raises on the first failure). The caller
+    checks the Triton version first (:func:`kernels.hopper_support.triton_version_ok`)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    variants = list(itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), (True, False),
-                                      (True, False)))
+    forward = itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), (True, False),
+                                (True, False))
+    backward = itertools.product(("dq", "dkdv"), (64, 128), ("bf16", "fp16"), (False, True), (False, True))
+    jobs_list = [("fwd", v) for v in forward] + [("bwd", v) for v in backward]
     jobs = jobs or min(8, os.cpu_count() or 1)
     if jobs == 1:
-        yield from map(_hopper_variant, variants)
+        yield from map(_hopper_any_variant, jobs_list)
         return
     with ProcessPoolExecutor(jobs) as pool:
-        yield from pool.map(_hopper_variant, variants)
+        yield from pool.map(_hopper_any_variant, jobs_list)
 
 
 def _hopper_skip_reason() -> str | None:
@@ -374,7 +463,7 @@ def _hopper_skip_reason() -> str | None:
     if not ok:
         return why
     try:
-        from . import hopper_attention  # noqa: F401
+        from . import hopper_attention, hopper_attention_bwd  # noqa: F401
     except ImportError as exc:
         return f"Triton {triton.__version__}: cannot import the Gluon kernel ({exc})"
     return None
@@ -389,7 +478,8 @@ def main(argv=None) -> int:
     parser.add_argument("--kernels", default=None,
                         help="only these kernels, comma-separated: fwd,dkdv,dq (--full: also ln_fwd,ln_bwd)")
     parser.add_argument("--hopper", action="store_true",
-                        help="compile the Hopper Gluon forward (kernels.hopper_attention) to cubins instead")
+                        help="compile the Hopper Gluon forward and backward (kernels.hopper_attention, "
+                             "kernels.hopper_attention_bwd) to cubins instead")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run with TRITON_INTERPRET=0: the interpreter replaces the compiler", file=sys.stderr)

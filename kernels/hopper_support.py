@@ -1,4 +1,5 @@
-"""Whether a call can take the Hopper Gluon forward (:mod:`kernels.hopper_attention`).
+"""Whether a call can take the Hopper Gluon kernels (forward :mod:`kernels.hopper_attention`, backward
+:mod:`kernels.hopper_attention_bwd`).
 
 Importable with any Triton (it imports neither Gluon nor torch), so that a caller or the offline
 compile check can ask before importing the kernel module, whose Gluon API differs between Triton
@@ -29,7 +30,8 @@ def triton_version_ok(version: str) -> tuple[bool, str]:
 
 
 def supported(triton_version: str, capability: tuple[int, int] | None, dtype, head_dim: int,
-              strides: Iterable[Sequence[int]] = (), data_ptrs: Iterable[int] = ()) -> tuple[bool, str]:
+              strides: Iterable[Sequence[int]] = (), data_ptrs: Iterable[int] = (),
+              names: Sequence[str] = ("q", "k", "v")) -> tuple[bool, str]:
     """Can q, k, v with these properties take the Hopper path?
 
     Args:
@@ -38,8 +40,10 @@ def supported(triton_version: str, capability: tuple[int, int] | None, dtype, he
             (offline compilation).
         dtype: a torch dtype or its name (``"bfloat16"``).
         head_dim: d.
-        strides: the (B, H, N, d) strides, in elements, of each of q, k, v.
+        strides: the (B, H, N, d) strides, in elements, of each of q, k, v (or of the tensors
+            ``names`` lists).
         data_ptrs: their data pointers.
+        names: the tensors' names in the reasons (the backward adds ``grad_out``).
 
     TMA needs the innermost (d) dimension contiguous and the base address and every other stride
     16-byte aligned; the caller must fall back (e.g. to the portable kernel, or a contiguous copy)
@@ -55,13 +59,13 @@ def supported(triton_version: str, capability: tuple[int, int] | None, dtype, he
         return False, f"dtype {name}: only float16 and bfloat16"
     if head_dim not in HEAD_DIMS:
         return False, f"head_dim {head_dim}: only {', '.join(map(str, HEAD_DIMS))}"
-    for which, tensor_strides in zip("qkv", strides):
+    for which, tensor_strides in zip(names, strides):
         tensor_strides = tuple(tensor_strides)
         if tensor_strides[-1] != 1:
             return False, f"{which}: TMA needs the last dim contiguous, stride {tensor_strides[-1]}"
         if any(s * _ELEM_BYTES % TMA_ALIGN for s in tensor_strides[:-1]):
             return False, f"{which}: TMA needs 16-byte aligned strides, got {tensor_strides} (elements)"
-    for which, ptr in zip("qkv", data_ptrs):
+    for which, ptr in zip(names, data_ptrs):
         if ptr % TMA_ALIGN:
             return False, f"{which}: TMA needs a 16-byte aligned base address"
     return True, ""

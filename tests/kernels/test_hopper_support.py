@@ -42,3 +42,11 @@ def test_transposed_heads_view_is_supported():
     """q of a (B, N, H, d) projection viewed as (B, H, N, d): strides (N*H*d, d, H*d, 1)."""
     strides = (256 * 4 * 64, 64, 4 * 64, 1)
     assert supported("3.6.0", (9, 0), "bfloat16", 64, strides=(strides,) * 3)[0]
+
+
+def test_reasons_name_the_backward_tensors():
+    """The backward checks grad_out beside q, k, v and names it in the reason."""
+    bad = (256 * 4 * 36, 36, 4 * 36 + 2, 1)
+    ok, why = supported("3.6.0", (9, 0), "bfloat16", 64, strides=(CONTIGUOUS,) * 3 + (bad,),
+                        names=("q", "k", "v", "grad_out"))
+    assert not ok and why.startswith("grad_out:"), why

@@ -1,0 +1,500 @@
+"""Dense attention backward for Hopper (sm_90) in Triton's Gluon dialect, after FlashAttention-2/3.
+
+The gradients of :func:`kernels.hopper_attention.hopper_forward` (and of the portable forward of
+:mod:`kernels.triton_attention`, whose row statistics it reads): given dO, the forward's O and its
+row statistics ``row_stats`` (B, H, 3, N_q) float32 = [lse, m = row max of the raw scores,
+log2 l], with the same math as the portable backward:
+
+    P  = softmax probabilities, recomputed from row_stats (``EXACT_P``, see below)
+    delta = rowsum(dO * O)
+    dS = P * (dP - delta),  dP = dO V^T
+    dV = P^T dO,  dK = dS^T Q * scale,  dQ = dS K * scale
+
+P is recomputed per dtype as the portable kernels do (:func:`kernels.launch_args.exact_probabilities`):
+float16 (``EXACT_P``) ``P = exp2((S - m) * scale * log2 e - log2 l)``; bfloat16 ``P = exp2(S *
+scale * log2 e - lse * log2 e)`` with lse = -inf read as +inf. A row that sees no key has m = +inf
+(or lse = -inf), so its P is 0 and it passes no gradient.
+
+Two kernels, so that every output element is written by exactly one program (deterministic, no
+atomics), launched in this order on one stream:
+
+- ``hopper_attention_bwd_dq_kernel``: one program per (query tile of ``DQ_BLOCK_M``, batch *
+  head). Q and dO stay in shared memory; K and V tiles of ``DQ_BLOCK_N`` keys stream through a
+  TMA ring. Per key tile: S = Q K^T and dP = dO V^T (two asynchronous wgmmas from shared memory),
+  P and dS in registers, dQ += dS K (wgmma, dS from registers). It first computes delta for its
+  rows (plain loads of O and dO) and stores it for the second kernel. dQ leaves through TMA from
+  the Q buffer.
+- ``hopper_attention_bwd_dkdv_kernel``: one program per (key tile of ``DKV_BLOCK_N``, batch *
+  head). K and V stay in shared memory; Q and dO tiles of ``DKV_BLOCK_M`` queries stream through
+  a TMA ring. Per query tile, transposed so that keys run along the wgmma M dimension: S^T = K Q^T
+  and P^T from it; dV += P^T dO issued together with dP^T = V dO^T; then dK += dS^T Q (P^T, dS^T
+  from registers). Query rows' statistics and delta are plain loads. dK and dV leave through TMA
+  from the K and V buffers.
+
+Both are single-partition software pipelines: the consumer warps issue the TMA loads themselves,
+``STAGES`` tiles ahead, refilling a ring slot once every warpgroup has waited for the wgmmas that
+read it. Masking follows the portable kernels: causal is bottom-right aligned (query i sees keys
+j <= i + N_k - N_q), tiles on the causal diagonal or past the sequence end take the masked path;
+padded keys (key_padding_mask True) get dK = dV = 0, and their dS is dropped from dQ; rows past
+N_q read as rows that see no key. TMA zero-fills rows past N on load and clips them on store.
+
+:func:`hopper_backward` validates (``ValueError`` with the reason, via
+:func:`kernels.hopper_support.supported`), builds the TMA descriptors and launches. Compile
+offline with ``python -m kernels.compile_check --hopper``.
+"""
+from __future__ import annotations
+
+import math
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .hopper_attention import _cta_barrier, _tma_load, _tma_store
+from .hopper_support import supported
+
+LOG2E = 1.4426950408889634  # log2(e), for the launcher's scale
+LOG2E_C = gl.constexpr(LOG2E)
+
+NUM_WARPS = 8  # two warpgroups of 64 rows along the wgmma M dimension
+DQ_BLOCK_M = 128  # query rows per dQ program (wgmma M)
+DQ_BLOCK_N = 64  # keys per K/V tile of the dQ ring
+DKV_BLOCK_N = 128  # keys per dK/dV program (wgmma M of the transposed products)
+DKV_BLOCK_M = 64  # query rows per Q/dO tile of the dK/dV ring (wgmma N of S^T, dP^T; K of dK, dV)
+STAGES = 3  # ring depth of both kernels: at d = 128, 160 KiB of shared memory each
+
+
+# ---------------------------------------------------------------------------------------------
+# shared device helpers
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _softmax_rows(base, rows, N_Q, EXACT_P: gl.constexpr):
+    """(m, b) of query rows ``rows`` (any layout) of one (batch, head), whose [lse, m, log2 l]
+    statistics (the forward's contiguous (B, H, 3, N_Q) tensor) start at ``base``, for
+    :func:`_probabilities`. ``EXACT_P``: the row max and log2 l; else b = lse * log2 e (-inf ->
+    +inf) and m unused. Rows past N_Q read as rows that see no key (P = 0)."""
+    ok = rows < N_Q
+    if EXACT_P:
+        row_m = gl.load(base + N_Q + rows, mask=ok, other=float("inf"))
+        row_b = gl.load(base + 2 * N_Q + rows, mask=ok, other=0.0)
+    else:
+        lse = gl.load(base + rows, mask=ok, other=float("-inf"))
+        row_b = gl.where(lse == float("-inf"), float("inf"), lse * LOG2E_C)
+        row_m = row_b
+    return row_m, row_b
+
+
+@gluon.jit
+def _probabilities(s, row_m, row_b, qk_scale, EXACT_P: gl.constexpr):
+    """P of raw scores ``s`` given :func:`_softmax_rows`' (m, b) broadcast to its shape."""
+    if EXACT_P:
+        p = gl.exp2((s - row_m) * qk_scale - row_b)
+    else:
+        p = gl.exp2(s * qk_scale - row_b)
+    return p
+
+
+@gluon.jit
+def _load_pair(desc_a, desc_b, bufs_a, bufs_b, bar, b, h, row, slot, pred, NBYTES: gl.constexpr):
+    """TMA copies of the tiles at ``row`` of two (B, H, N, d) tensors into ring slot ``slot``,
+    both signalling ``bar`` (``NBYTES``: the two tiles' bytes together)."""
+    mbarrier.expect(bar, NBYTES, pred=pred)
+    _tma_load(desc_a, [b, h, row, 0], bar, bufs_a.index(slot), pred=pred)
+    _tma_load(desc_b, [b, h, row, 0], bar, bufs_b.index(slot), pred=pred)
+
+
+@gluon.jit
+def _init_ring(ready, STAGES: gl.constexpr):
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# dQ (and delta): one program per query tile, loop over key tiles
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _row_delta(O, DO, o_strides, do_strides, b, h, start_m, N_Q, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+               NUM_WARPS: gl.constexpr):
+    """delta = rowsum(dO * O) of query rows [start_m, start_m + BLOCK_M) (0 past N_Q), float32,
+    from plain loads (d contiguous); layout: rows of a blocked layout."""
+    layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8],
+                                            warps_per_cta=[NUM_WARPS, 1], order=[1, 0])
+    rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    ok = (rows[:, None] < N_Q) & (cols[None, :] < HEAD_DIM)
+    sob, soh, som = o_strides
+    sdb, sdh, sdm = do_strides
+    o_ptrs = O + b.to(gl.int64) * sob + h.to(gl.int64) * soh + rows.to(gl.int64)[:, None] * som + cols[None, :]
+    do_ptrs = DO + b.to(gl.int64) * sdb + h.to(gl.int64) * sdh + rows.to(gl.int64)[:, None] * sdm + cols[None, :]
+    o = gl.load(o_ptrs, mask=ok, other=0.0).to(gl.float32)
+    do = gl.load(do_ptrs, mask=ok, other=0.0).to(gl.float32)
+    return rows, gl.sum(o * do, 1)
+
+
+@gluon.jit
+def _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, lo, hi, end, rows, N_K, causal_offset,
+              qk_scale, pad_row, stride_pn, s_zero, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr,
+              MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr):
+    """dQ accumulation over key tiles [lo, hi) (ring slot j % STAGES; tiles up to ``end`` are
+    loaded). ``MASKED``: causal rule and sequence end; ``HAS_PAD``: padding keys. Each wgmma is
+    waited for at once (the next tiles' TMA loads overlap the compute)."""
+    k_desc, v_desc, k_bufs, v_bufs, ready = ring
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    s_layout: gl.constexpr = s_zero.type.layout
+    ds_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq.type.layout, k_width=2)
+    for j in range(lo, hi):
+        slot = j % STAGES
+        mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+        k_tile = k_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        v_tile = v_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        s = warpgroup_mma(q_tile, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_tile, v_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s, dp = warpgroup_mma_wait(0, deps=[s, dp])
+        p = _probabilities(s, row_m[:, None], row_b[:, None], qk_scale, EXACT_P)
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        if MASKED:
+            if IS_CAUSAL:
+                allowed = (cols[None, :] <= rows[:, None] + causal_offset) & (cols[None, :] < N_K)
+            else:
+                allowed = (cols[None, :] < N_K) & (rows[:, None] >= 0)
+            p = gl.where(allowed, p, 0.0)
+        if HAS_PAD:
+            padded = gl.load(pad_row + cols * stride_pn, mask=cols < N_K, other=1)
+            p = gl.where(padded[None, :] == 0, p, 0.0)
+        ds = p * (dp - delta[:, None])
+        ds_op = gl.convert_layout(ds.to(k_bufs.dtype), ds_layout)
+        dq = warpgroup_mma(ds_op, k_tile, dq, is_async=True)
+        dq, ds_op = warpgroup_mma_wait(0, deps=[dq, ds_op])
+        # both warpgroups are done with the slot before one thread refills it
+        _cta_barrier()
+        nxt = j + STAGES
+        _load_pair(k_desc, v_desc, k_bufs, v_bufs, ready.index(slot), b, h, nxt * BLOCK_N, slot, nxt < end,
+                   NBYTES_KV)
+    return dq
+
+
+@gluon.jit
+def hopper_attention_bwd_dq_kernel(
+    q_desc, k_desc, v_desc, do_desc, dq_desc, O, DO, ROWS, DELTA, PAD,
+    stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom, stride_pb, stride_pn,
+    H, N_Q, N_K, causal_offset, qk_scale, sm_scale,
+    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """dQ of one (query tile, batch * head), and delta of its rows into DELTA (contiguous (B, H,
+    N_Q) float32) for the dK/dV kernel. Grid (cdiv(N_Q, BLOCK_M), B * H); causal query tiles in
+    reverse order (the last see the most keys)."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
+    NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
+    NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+    gl.static_assert(BLOCK_M == 16 * num_warps, "one 16-row wgmma slice per warp along M")
+
+    if IS_CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start_m = pid_m * BLOCK_M
+
+    # key tiles [0, full_hi) need no element mask, [full_hi, end) do, the rest are invisible
+    n_tiles = gl.cdiv(N_K, BLOCK_N)
+    n_even = N_K // BLOCK_N
+    if IS_CAUSAL:
+        full_hi = gl.minimum(gl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
+        end = gl.minimum(gl.cdiv(gl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
+    else:
+        full_hi = n_even
+        end = n_tiles
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(do_desc.dtype, do_desc.block_type.shape, do_desc.layout)
+    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    _init_ring(ready, STAGES)
+    fence_async_shared()
+
+    mbarrier.expect(q_bar, 2 * NBYTES_Q)
+    _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+    _tma_load(do_desc, [b, h, start_m, 0], q_bar, do_smem)
+    for i in gl.static_range(STAGES):
+        _load_pair(k_desc, v_desc, k_bufs, v_bufs, ready.index(i), b, h, i * BLOCK_N, i, i < end, 2 * NBYTES_KV)
+
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, HEAD_DIM, 16])
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+    # delta while the loads are in flight; stored for the dK/dV kernel
+    delta_rows, delta = _row_delta(O, DO, (stride_ob, stride_oh, stride_om), (stride_dob, stride_doh, stride_dom),
+                                   b, h, start_m, N_Q, BLOCK_M, HEAD_DIM, num_warps)
+    gl.store(DELTA + bh.to(gl.int64) * N_Q + delta_rows, delta, mask=delta_rows < N_Q)
+    delta = gl.convert_layout(delta, row_layout)
+
+    rows = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+    row_m, row_b = _softmax_rows(ROWS + bh.to(gl.int64) * 3 * N_Q, rows, N_Q, EXACT_P)
+    pad_row = PAD + b.to(gl.int64) * stride_pb
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout)
+
+    q_tile = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    do_tile = do_smem.reshape([BLOCK_M, HEAD_DIM])
+    ring = (k_desc, v_desc, k_bufs, v_bufs, ready)
+    mbarrier.wait(q_bar, 0)
+    dq = _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, 0, full_hi, end, rows, N_K, causal_offset,
+                   qk_scale, pad_row, stride_pn, s_zero, STAGES, 2 * NBYTES_KV, False, IS_CAUSAL, HAS_PAD, EXACT_P)
+    dq = _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, full_hi, end, end, rows, N_K,
+                   causal_offset, qk_scale, pad_row, stride_pn, s_zero, STAGES, 2 * NBYTES_KV, True, IS_CAUSAL,
+                   HAS_PAD, EXACT_P)
+
+    # dQ out through the Q buffer (every wgmma reading it has completed in every warpgroup)
+    dq = dq * sm_scale
+    _cta_barrier()
+    q_tile.store(dq.to(dq_desc.dtype))
+    fence_async_shared()
+    _tma_store(dq_desc, [b, h, start_m, 0], q_smem)
+    tma.store_wait(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# dK, dV: one program per key tile, loop over query tiles
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, stats_base, delta_base, N_Q,
+                causal_offset,
+                qk_scale, st_zero, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr, MASKED: gl.constexpr,
+                EXACT_P: gl.constexpr):
+    """dK/dV accumulation over ring entries [lo, hi): entry j is query tile ``first + j`` in slot
+    j % STAGES; entries up to ``count`` are loaded. ``MASKED``: the causal rule (keys past N_K and
+    padded keys need none here: their rows are zeroed or clipped at the end)."""
+    q_desc, do_desc, q_bufs, do_bufs, ready = ring
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    st_layout: gl.constexpr = st_zero.type.layout
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
+    for j in range(lo, hi):
+        slot = j % STAGES
+        start_m = (first + j) * BLOCK_M
+        # the query rows run along the columns of the transposed tiles
+        rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))
+        row_m, row_b = _softmax_rows(stats_base, rows, N_Q, EXACT_P)
+        delta = gl.load(delta_base + rows, mask=rows < N_Q, other=0.0)
+        mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+        q_tile = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
+        do_tile = do_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
+        # S^T first and P^T from it, then dV's wgmma runs beside dP^T's: S^T and dP^T are never
+        # live together (with dK, dV resident that keeps d = 128 within the register file)
+        st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(0, deps=[st])
+        pt = _probabilities(st, row_m[None, :], row_b[None, :], qk_scale, EXACT_P)
+        if MASKED:
+            # query i sees key j iff j <= i + causal_offset
+            pt = gl.where(keys[:, None] <= rows[None, :] + causal_offset, pt, 0.0)
+        pt_op = gl.convert_layout(pt.to(q_bufs.dtype), op_layout)
+        dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+        dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        dv, dpt, pt_op = warpgroup_mma_wait(0, deps=[dv, dpt, pt_op])
+        dst = pt * (dpt - delta[None, :])
+        dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
+        dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
+        dk, dst_op = warpgroup_mma_wait(0, deps=[dk, dst_op])
+        # both warpgroups are done with the slot before one thread refills it
+        _cta_barrier()
+        nxt = j + STAGES
+        _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(slot), b, h, (first + nxt) * BLOCK_M, slot,
+                   nxt < count, NBYTES_QDO)
+    return dk, dv
+
+
+@gluon.jit
+def hopper_attention_bwd_dkdv_kernel(
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, ROWS, DELTA, PAD, stride_pb, stride_pn,
+    H, N_Q, N_K, causal_offset, qk_scale, sm_scale,
+    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """dK and dV of one (key tile, batch * head); reads the DELTA the dQ kernel stored. Grid
+    (cdiv(N_K, BLOCK_N), B * H)."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
+    NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
+    NBYTES_K: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+    gl.static_assert(BLOCK_N == 16 * num_warps, "one 16-key wgmma slice per warp along M")
+
+    pid_n = gl.program_id(0)
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start_n = pid_n * BLOCK_N
+
+    # query tiles [first, full_lo) are on the causal diagonal (masked), [full_lo, n_m) see the
+    # whole key tile, those before first see none of it
+    n_m = gl.cdiv(N_Q, BLOCK_M)
+    if IS_CAUSAL:
+        first = gl.maximum(start_n - causal_offset, 0) // BLOCK_M
+        full_lo = gl.minimum(gl.cdiv(gl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M), n_m)
+    else:
+        first = 0
+        full_lo = 0
+    count = n_m - first
+
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, v_desc.block_type.shape, v_desc.layout)
+    q_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_bufs = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    _init_ring(ready, STAGES)
+    fence_async_shared()
+
+    mbarrier.expect(kv_bar, 2 * NBYTES_K)
+    _tma_load(k_desc, [b, h, start_n, 0], kv_bar, k_smem)
+    _tma_load(v_desc, [b, h, start_n, 0], kv_bar, v_smem)
+    for i in gl.static_range(STAGES):
+        _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(i), b, h, (first + i) * BLOCK_M, i, i < count,
+                   2 * NBYTES_Q)
+
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout))
+    st_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
+    dk = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
+
+    k_tile = k_smem.reshape([BLOCK_N, HEAD_DIM])
+    v_tile = v_smem.reshape([BLOCK_N, HEAD_DIM])
+    ring = (q_desc, do_desc, q_bufs, do_bufs, ready)
+    stats_base = ROWS + bh.to(gl.int64) * 3 * N_Q
+    delta_base = DELTA + bh.to(gl.int64) * N_Q
+    if HAS_PAD:
+        # the keys' padding flags, read before the loops (fewer scalars live across them)
+        acc_keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
+        key_ok = gl.load(PAD + b.to(gl.int64) * stride_pb + acc_keys * stride_pn, mask=acc_keys < N_K, other=1) == 0
+    mbarrier.wait(kv_bar, 0)
+    if IS_CAUSAL:
+        dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, full_lo - first, count, keys, stats_base,
+                             delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, True, EXACT_P)
+    dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, full_lo - first, count, count, keys, stats_base,
+                         delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, False, EXACT_P)
+
+    dk = dk * sm_scale
+    if HAS_PAD:
+        # a padded key gets no probability from any query: its dK and dV are exactly zero
+        dk = gl.where(key_ok[:, None], dk, 0.0)
+        dv = gl.where(key_ok[:, None], dv, 0.0)
+    # dK and dV out through the K and V buffers (every wgmma reading them has completed)
+    _cta_barrier()
+    k_tile.store(dk.to(dk_desc.dtype))
+    v_tile.store(dv.to(dv_desc.dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [b, h, start_n, 0], k_smem)
+    _tma_store(dv_desc, [b, h, start_n, 0], v_smem)
+    tma.store_wait(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# launcher
+# ---------------------------------------------------------------------------------------------
+def exact_p(dtype) -> bool:
+    """``EXACT_P`` for this input dtype, as the portable backward chooses it (float16: True)."""
+    return str(dtype).removeprefix("torch.") != "bfloat16"
+
+
+def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, causal: bool = False,
+                    softmax_scale: float | None = None):
+    """(dq, dk, dv), contiguous, in q's dtype: the gradients of softmax(q k^T * scale) v.
+
+    q, out, grad_out: (B, H, N_q, d); k, v: (B, H, N_k, d); CUDA tensors on an sm_90 device,
+    float16 or bfloat16, d in (64, 128), any strides TMA accepts (last dim contiguous, the others
+    and the base 16-byte aligned: :func:`kernels.hopper_support.supported`; ``ValueError`` with its
+    reason otherwise). row_stats: the forward's float32 (B, H, 3, N_q) [lse, m, log2 l]
+    (:func:`kernels.launch_args.new_row_stats`). key_padding_mask: optional bool (B, N_k), True =
+    padding key. causal: bottom-right aligned. softmax_scale: default 1 / sqrt(d), > 0.
+    """
+    import torch
+    import triton
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    if k.shape != v.shape or tuple(k.shape) != (B, H, n_k, d):
+        raise ValueError(f"k and v must be (B, H, N_k, d) matching q {tuple(q.shape)}, got k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    for name, t in (("out", out), ("grad_out", grad_out)):
+        if tuple(t.shape) != (B, H, n_q, d):
+            raise ValueError(f"{name} must be (B, H, N_q, d) = {tuple(q.shape)}, got {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype == out.dtype == grad_out.dtype):
+        raise ValueError(f"q, k, v, out, grad_out must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}, "
+                         f"{out.dtype}, {grad_out.dtype}")
+    if min(B, H, n_q, n_k) < 1 or B * H > 65535:
+        raise ValueError(f"need B, H, N_q, N_k >= 1 and B * H <= 65535 (grid axis 1), got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}")
+    if row_stats.dtype != torch.float32 or tuple(row_stats.shape) != (B, H, 3, n_q):
+        raise ValueError(f"row_stats must be float32 (B, H, 3, N_q) = ({B}, {H}, 3, {n_q}), got "
+                         f"{row_stats.dtype} {tuple(row_stats.shape)}")
+    capability = torch.cuda.get_device_capability(q.device) if q.is_cuda else (0, 0)
+    ok, why = supported(triton.__version__, capability, q.dtype, d,
+                        strides=(q.stride(), k.stride(), v.stride(), grad_out.stride()),
+                        data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr(), grad_out.data_ptr()),
+                        names=("q", "k", "v", "grad_out"))
+    if not ok:
+        raise ValueError(why)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    if not scale > 0.0:
+        raise ValueError(f"softmax_scale must be > 0, got {scale}")
+    if key_padding_mask is not None:
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, n_k):
+            raise ValueError(f"key_padding_mask must be bool (B, N_k) = ({B}, {n_k}), got "
+                             f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+
+    out = out if out.stride(-1) == 1 else out.contiguous()  # read with plain loads, d contiguous
+    row_stats = row_stats.contiguous()
+    dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, H, n_k, d), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, H, n_k, d), dtype=q.dtype, device=q.device)
+    delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    gl_dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def descriptor(t, rows):
+        block = [1, 1, rows, d]
+        layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+    if key_padding_mask is None:
+        pad, stride_pb, stride_pn = delta, 0, 0  # never read (HAS_PAD=False)
+    else:
+        pad = key_padding_mask
+        stride_pb, stride_pn = key_padding_mask.stride()
+    flags = dict(STAGES=STAGES, IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
+                 EXACT_P=exact_p(q.dtype), num_warps=NUM_WARPS)
+    causal_offset = n_k - n_q
+    hopper_attention_bwd_dq_kernel[(triton.cdiv(n_q, DQ_BLOCK_M), B * H)](
+        descriptor(q, DQ_BLOCK_M), descriptor(k, DQ_BLOCK_N), descriptor(v, DQ_BLOCK_N),
+        descriptor(grad_out, DQ_BLOCK_M), descriptor(dq, DQ_BLOCK_M), out, grad_out, row_stats, delta, pad,
+        out.stride(0), out.stride(1), out.stride(2), grad_out.stride(0), grad_out.stride(1), grad_out.stride(2),
+        stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, **flags)
+    hopper_attention_bwd_dkdv_kernel[(triton.cdiv(n_k, DKV_BLOCK_N), B * H)](
+        descriptor(q, DKV_BLOCK_M), descriptor(k, DKV_BLOCK_N), descriptor(v, DKV_BLOCK_N),
+        descriptor(grad_out, DKV_BLOCK_M), descriptor(dk, DKV_BLOCK_N), descriptor(dv, DKV_BLOCK_N),
+        row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, **flags)
+    return dq, dk, dv

@@ -1,0 +1,96 @@
+"""The Hopper Gluon backward (:mod:`kernels.hopper_attention_bwd`) against the float64 reference and
+autograd, on an sm_90 GPU with a Triton release the kernels support (elsewhere they cannot run:
+skipped with the reason; ``test_hopper_compile.py`` compiles them offline instead). d = 64 and 128,
+bfloat16 and float16, ragged and unequal N_q / N_k, causal (bottom-right aligned; with N_q > N_k
+some rows see no key), key padding with a fully padded batch entry. O and the row statistics come
+from our portable forward (``launch_args.forward``); the portable backward's own error on the same
+inputs is the yardstick beside the dtype's tolerance."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from kernel_helpers import TOL
+from kernel_reference import attention_reference, rel_err
+
+from kernels.hopper_support import supported
+
+
+def _skip_reason() -> str:
+    if not torch.cuda.is_available():
+        return "needs an sm_90 GPU"
+    import triton
+
+    ok, why = supported(triton.__version__, torch.cuda.get_device_capability(), torch.bfloat16, 64)
+    return "" if ok else why
+
+
+pytestmark = pytest.mark.skipif(bool(_skip_reason()), reason=_skip_reason() or "supported")
+
+SHAPES = [(2, 3, 256, 256), (1, 2, 200, 333), (2, 2, 513, 129), (1, 1, 64, 1000)]  # (B, H, N_q, N_k)
+
+
+def _portable(grad_out, q, k, v, mask, causal, scale):
+    """(out, row_stats, (dq, dk, dv)) of our portable kernels."""
+    from kernels import launch_args, tiles
+
+    t = tiles.select(q.device, q.dtype, q.shape[-1]).as_list()
+    out, row_stats = launch_args.forward(launch_args.eager, q, k, v, mask, None, None, None, causal, 0.0, scale, t)
+    grads = launch_args.backward(launch_args.eager, grad_out, None, q, k, v, out, row_stats, mask, None, None, None,
+                                 None, None, causal, 0.0, scale, t)
+    return out, row_stats, grads
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("padded", [False, True], ids=["nomask", "mask"])
+def test_hopper_backward_matches_the_reference(dtype, d, causal, padded):
+    from kernels.hopper_attention_bwd import hopper_backward
+
+    g = torch.Generator(device="cuda").manual_seed(d + 2 * causal + padded)
+    scale = 1 / math.sqrt(d)
+    for B, H, n_q, n_k in SHAPES:
+        q = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
+        k = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
+        v = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
+        grad_out = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
+        mask = None
+        if padded:
+            mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
+            mask[0] = True  # a batch entry with every key padded
+        out, row_stats, portable = _portable(grad_out, q, k, v, mask, causal, scale)
+        grads = hopper_backward(grad_out, q, k, v, out, row_stats, mask, causal, scale)
+
+        qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
+        ref, _ = attention_reference(qr, kr, vr, key_padding_mask=mask, causal=causal, softmax_scale=scale)
+        ref.backward(grad_out.double())
+        where = f"{dtype} d={d} {(B, H, n_q, n_k)}"
+        for name, got, mine, expected in zip(("dq", "dk", "dv"), grads, portable, (qr.grad, kr.grad, vr.grad)):
+            assert got.shape == expected.shape and got.dtype == dtype, f"{name} {where}"
+            err, yardstick = rel_err(got, expected), rel_err(mine, expected)
+            assert err < max(TOL[dtype], 1.5 * yardstick), f"{name} {where}: {err:.2e} (portable {yardstick:.2e})"
+        if padded:
+            dq, dk, dv = grads
+            # padded keys get no gradient; the fully padded entry passes none to its queries
+            assert torch.all(dk[mask[:, None, :, None].expand_as(dk)] == 0), where
+            assert torch.all(dv[mask[:, None, :, None].expand_as(dv)] == 0), where
+            assert torch.all(dq[0] == 0), where
+        if causal and n_q > n_k:
+            # query rows i < N_q - N_k see no key
+            assert torch.all(grads[0][:, :, : n_q - n_k] == 0), where
+
+
+def test_hopper_backward_rejects_what_it_cannot_run():
+    from kernels.hopper_attention_bwd import hopper_backward
+
+    q = torch.randn(1, 1, 64, 64, device="cuda", dtype=torch.bfloat16)
+    stats = torch.zeros(1, 1, 3, 64, device="cuda")
+    with pytest.raises(ValueError, match="row_stats"):
+        hopper_backward(q, q, q, q, q, stats[:, :, :2])
+    with pytest.raises(ValueError, match="head_dim 32"):
+        x = q[..., :32]
+        hopper_backward(x, x, x, x, x, stats)
+    with pytest.raises(ValueError, match="grad_out"):
+        hopper_backward(q.float(), q, q, q, q, stats)
