@@ -316,7 +316,7 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
 
     fn = ha.hopper_attention_fwd_kernel
     types = dict(q_desc=descriptor(ha.BLOCK_M), k_desc=descriptor(ha.BLOCK_N), v_desc=descriptor(ha.BLOCK_N),
-                 o_desc=descriptor(ha.BLOCK_M), LSE="*fp32", PAD="*i1", qk_scale="fp32")
+                 o_desc=descriptor(ha.BLOCK_M), ROWS="*fp32", PAD="*i1", qk_scale="fp32")
     constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad,
                       WARP_SPECIALIZE=warp_specialize, OVERLAP=overlap, num_warps=ha.NUM_WARPS)
     sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}

@@ -1,8 +1,8 @@
 """Dense attention forward for Hopper (sm_90) in Triton's Gluon dialect, after FlashAttention-3.
 
 One program computes one (query tile, batch * head): softmax(q k^T * scale) v for ``BLOCK_M``
-query rows, returning O in the input dtype and the float32 natural-log log-sum-exp of the scaled
-scores. The same numerics as the portable kernel of :mod:`kernels.triton_attention`: the running
+query rows, returning O in the input dtype and the float32 row statistics of the portable forward
+(natural-log log-sum-exp of the scaled scores, row max m, log2 of the denominator). The same numerics as the portable kernel of :mod:`kernels.triton_attention`: the running
 row maximum is taken over the raw scores and ``p = exp2((s - m) * scale * log2(e))`` (the largest
 p of a row is exactly 1); causal masking is aligned to the bottom-right corner (query i sees keys
 j <= i + N_k - N_q); a row with no visible key gets O = 0 and LSE = -inf.
@@ -244,11 +244,11 @@ def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo
 
 
 @gluon.jit
-def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
+def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
               STAGES: gl.constexpr, NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, IS_CAUSAL: gl.constexpr,
               HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr, SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr):
     """Default partition: the MMAs, the online softmax and the epilogue (O through TMA from the Q
-    buffer, which the last QK^T has finished with; LSE with plain stores). With ``SELF_LOAD`` it
+    buffer, which the last QK^T has finished with; the row statistics with plain stores). With ``SELF_LOAD`` it
     also issues the loads (no producer partition). ``OVERLAP``: FlashAttention-3's overlap of a
     tile's softmax with the previous tile's PV (:func:`_attend_tiles_overlapped`)."""
     q_desc, k_desc, v_desc, o_desc = descs
@@ -317,12 +317,17 @@ def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn,
                                       causal_offset, qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, True, IS_CAUSAL, HAS_PAD,
                                       SELF_LOAD)
 
-    # rows that saw no key (l == 0) give 0 and LSE = -inf
+    # rows that saw no key (l == 0) give 0, lse = -inf, m = +inf, log2(l) = 0
     seen = l_i > 0.0
     inv_l = gl.where(seen, 1.0 / gl.where(seen, l_i, 1.0), 0.0)
     out = acc * gl.convert_layout(inv_l, gl.SliceLayout(1, o_layout))[:, None]
-    lse = gl.where(seen, (m_i * qk_scale + gl.log2(gl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
-    gl.store(LSE + bh.to(gl.int64) * N_Q + rows, lse, mask=rows < N_Q)
+    log2_l = gl.log2(gl.where(seen, l_i, 1.0))
+    lse = gl.where(seen, (m_i * qk_scale + log2_l) * LN2, float("-inf"))
+    # the row statistics [lse, m, log2(l)] of the portable kernels (kernels.launch_args.new_row_stats)
+    stats = ROWS + bh.to(gl.int64) * 3 * N_Q + rows
+    gl.store(stats, lse, mask=rows < N_Q)
+    gl.store(stats + N_Q, gl.where(seen, m_i, float("inf")), mask=rows < N_Q)
+    gl.store(stats + 2 * N_Q, log2_l, mask=rows < N_Q)
 
     q_tile.store(out.to(o_desc.dtype))
     fence_async_shared()
@@ -332,7 +337,7 @@ def _consumer(descs, bufs, bars, coords, ranges, LSE, PAD, stride_pb, stride_pn,
 
 @gluon.jit
 def hopper_attention_fwd_kernel(
-    q_desc, k_desc, v_desc, o_desc, LSE, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
+    q_desc, k_desc, v_desc, o_desc, ROWS, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
     OVERLAP: gl.constexpr, num_warps: gl.constexpr,
 ):
@@ -387,13 +392,13 @@ def hopper_attention_fwd_kernel(
     coords = (b, h, pid_bh, start_m)
     if WARP_SPECIALIZE:
         gl.warp_specialize([
-            (_consumer, ((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
+            (_consumer, ((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), ROWS, PAD, stride_pb,
                          stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL,
                          HAS_PAD, OVERLAP, False, num_warps)),
             (_producer, ((q_desc, k_desc, v_desc), bufs, bars, coords, end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
-        _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), LSE, PAD, stride_pb,
+        _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), ROWS, PAD, stride_pb,
                   stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD,
                   OVERLAP, True, num_warps)
 
@@ -403,7 +408,10 @@ def hopper_attention_fwd_kernel(
 # ---------------------------------------------------------------------------------------------
 def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
                    warp_specialize: bool = True, overlap: bool = True):
-    """(out (B, H, N_q, d) in q's dtype, lse (B, H, N_q) float32) of softmax(q k^T * scale) v.
+    """(out (B, H, N_q, d) in q's dtype, row statistics (B, H, 3, N_q) float32) of
+    softmax(q k^T * scale) v: per query row [lse, m, log2(l)] as the portable forward stores them
+    (:func:`kernels.launch_args.new_row_stats`; the lse is ``[:, :, 0]``), which the backward
+    (:func:`kernels.hopper_attention_bwd.hopper_backward` or the portable one) reads.
 
     q: (B, H, N_q, d), k and v: (B, H, N_k, d) CUDA tensors on an sm_90 device, float16 or
     bfloat16, d in (64, 128), any strides TMA accepts (see :func:`kernels.hopper_support.supported`;
@@ -441,7 +449,7 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
                              f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
 
     out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    row_stats = torch.empty((B, H, 3, n_q), dtype=torch.float32, device=q.device)
     gl_dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
 
     def descriptor(t, rows):
@@ -450,7 +458,7 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
         return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
     if key_padding_mask is None:
-        pad, stride_pb, stride_pn = lse, 0, 0  # never read (HAS_PAD=False)
+        pad, stride_pb, stride_pn = row_stats, 0, 0  # never read (HAS_PAD=False)
     else:
         pad = key_padding_mask
         stride_pb, stride_pn = key_padding_mask.stride()
@@ -460,7 +468,7 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     grid = (triton.cdiv(n_q, BLOCK_M), B * H)
     hopper_attention_fwd_kernel[grid](
         descriptor(q, BLOCK_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), descriptor(out, BLOCK_M),
-        lse, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
+        row_stats, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
         STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
         WARP_SPECIALIZE=bool(warp_specialize), OVERLAP=bool(overlap), **options)
-    return out, lse
+    return out, row_stats

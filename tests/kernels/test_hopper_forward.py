@@ -46,7 +46,9 @@ def test_hopper_forward_matches_the_reference(warp_specialize, overlap, d, causa
             if padded:
                 mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
                 mask[0] = True  # a batch entry with every key padded
-            out, lse = hopper_forward(q, k, v, mask, causal, None, warp_specialize=warp_specialize, overlap=overlap)
+            out, row_stats = hopper_forward(q, k, v, mask, causal, None, warp_specialize=warp_specialize,
+                                            overlap=overlap)
+            lse, row_max, log2_l = row_stats.double().unbind(2)
             ref, ref_lse = attention_reference(q, k, v, key_padding_mask=mask, causal=causal,
                                                softmax_scale=1 / math.sqrt(d))
             where = f"{dtype} {(B, H, n_q, n_k)}"
@@ -54,5 +56,9 @@ def test_hopper_forward_matches_the_reference(warp_specialize, overlap, d, causa
             seen = torch.isfinite(ref_lse)
             assert torch.equal(torch.isneginf(lse), ~seen), where
             assert torch.all(out[~seen] == 0), where
+            assert torch.all(torch.isposinf(row_max[~seen])) and torch.all(log2_l[~seen] == 0), where
             if seen.any():
-                assert (lse.double()[seen] - ref_lse[seen]).abs().max() < 1e-2, where
+                assert (lse[seen] - ref_lse[seen]).abs().max() < 1e-2, where
+                # the row statistics the backward reads: lse = (m * scale * log2(e) + log2(l)) * ln(2)
+                combined = (row_max * math.log2(math.e) / math.sqrt(d) + log2_l) * math.log(2)
+                assert (combined[seen] - lse[seen]).abs().max() < 1e-3, where
