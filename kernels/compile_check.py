@@ -406,8 +406,11 @@ def _hopper_bwd_source(kernel: str, head_dim: int, dtype: str, causal: bool, pad
     types.update(q_desc=descriptor(rows_q), k_desc=descriptor(rows_k), v_desc=descriptor(rows_k),
                  do_desc=descriptor(rows_q), ROWS="*fp32", DELTA="*fp32", PAD="*i1", qk_scale="fp32",
                  sm_scale="fp32")
-    constexprs = dict(STAGES=hb.STAGES, IS_CAUSAL=causal, HAS_PAD=pad, EXACT_P=hb.exact_p(
-        {"bf16": "bfloat16", "fp16": "float16"}[dtype]), num_warps=hb.NUM_WARPS)
+    import torch
+
+    from .launch_args import exact_probabilities
+    exact = exact_probabilities({"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
+    constexprs = dict(STAGES=hb.STAGES, IS_CAUSAL=causal, HAS_PAD=pad, EXACT_P=exact, num_warps=hb.NUM_WARPS)
     sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
     return GluonASTSource(fn, sig, constexprs=constexprs), {"num_warps": hb.NUM_WARPS}
 
@@ -480,6 +483,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hopper", action="store_true",
                         help="compile the Hopper Gluon forward and backward (kernels.hopper_attention, "
                              "kernels.hopper_attention_bwd) to cubins instead")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="with --hopper: compile N variants at a time (default: the cores, at most 8)")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run with TRITON_INTERPRET=0: the interpreter replaces the compiler", file=sys.stderr)
@@ -489,7 +494,7 @@ def main(argv=None) -> int:
         if reason is not None:
             print(f"hopper: skipped: {reason}", flush=True)
             return 0
-        for line in compile_hopper():
+        for line in compile_hopper(args.jobs):
             print(line, flush=True)
         return 0
     for line in compile_variants(quick=not args.full, ptx=args.ptx, resources=args.resources,

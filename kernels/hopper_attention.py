@@ -336,6 +336,29 @@ def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn
 
 
 @gluon.jit
+def _query_tile(H, N_K, causal_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """(b, h, b * H + h, first query row, full_hi, end) of this program, whose grid is (query tiles,
+    B * H): causal query tiles in reverse order (the last see the most keys, so they start first);
+    key tiles [0, full_hi) need no element mask, [full_hi, end) do, the rest are invisible."""
+    if IS_CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    start_m = pid_m * BLOCK_M
+    n_tiles = gl.cdiv(N_K, BLOCK_N)
+    n_even = N_K // BLOCK_N
+    if IS_CAUSAL:
+        # row i sees keys j <= i + causal_offset
+        full_hi = gl.minimum(gl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
+        end = gl.minimum(gl.cdiv(gl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
+    else:
+        full_hi = n_even
+        end = n_tiles
+    return bh // H, bh % H, bh, start_m, full_hi, end
+
+
+@gluon.jit
 def hopper_attention_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, ROWS, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
@@ -350,25 +373,7 @@ def hopper_attention_fwd_kernel(
     NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
     NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
 
-    if IS_CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        pid_m = gl.program_id(0)
-    pid_bh = gl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    start_m = pid_m * BLOCK_M
-
-    # key tiles [0, full_hi) need no element mask, [full_hi, end) do, the rest are invisible
-    n_tiles = gl.cdiv(N_K, BLOCK_N)
-    n_even = N_K // BLOCK_N
-    if IS_CAUSAL:
-        # row i sees keys j <= i + causal_offset
-        full_hi = gl.minimum(gl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
-        end = gl.minimum(gl.cdiv(gl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
-    else:
-        full_hi = n_even
-        end = n_tiles
+    b, h, pid_bh, start_m, full_hi, end = _query_tile(H, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
     k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)

@@ -56,8 +56,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .hopper_attention import _cta_barrier, _tma_load, _tma_store
+from .hopper_attention import _cta_barrier, _query_tile, _tma_load, _tma_store
 from .hopper_support import supported
+from .launch_args import exact_probabilities
 
 LOG2E = 1.4426950408889634  # log2(e), for the launcher's scale
 LOG2E_C = gl.constexpr(LOG2E)
@@ -199,24 +200,7 @@ def hopper_attention_bwd_dq_kernel(
     NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
     gl.static_assert(BLOCK_M == 16 * num_warps, "one 16-row wgmma slice per warp along M")
 
-    if IS_CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        pid_m = gl.program_id(0)
-    bh = gl.program_id(1)
-    b = bh // H
-    h = bh % H
-    start_m = pid_m * BLOCK_M
-
-    # key tiles [0, full_hi) need no element mask, [full_hi, end) do, the rest are invisible
-    n_tiles = gl.cdiv(N_K, BLOCK_N)
-    n_even = N_K // BLOCK_N
-    if IS_CAUSAL:
-        full_hi = gl.minimum(gl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
-        end = gl.minimum(gl.cdiv(gl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
-    else:
-        full_hi = n_even
-        end = n_tiles
+    b, h, bh, start_m, full_hi, end = _query_tile(H, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
     do_smem = gl.allocate_shared_memory(do_desc.dtype, do_desc.block_type.shape, do_desc.layout)
@@ -415,11 +399,6 @@ def hopper_attention_bwd_dkdv_kernel(
 # ---------------------------------------------------------------------------------------------
 # launcher
 # ---------------------------------------------------------------------------------------------
-def exact_p(dtype) -> bool:
-    """``EXACT_P`` for this input dtype, as the portable backward chooses it (float16: True)."""
-    return str(dtype).removeprefix("torch.") != "bfloat16"
-
-
 def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, causal: bool = False,
                     softmax_scale: float | None = None):
     """(dq, dk, dv), contiguous, in q's dtype: the gradients of softmax(q k^T * scale) v.
@@ -486,7 +465,7 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
         pad = key_padding_mask
         stride_pb, stride_pn = key_padding_mask.stride()
     flags = dict(STAGES=STAGES, IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
-                 EXACT_P=exact_p(q.dtype), num_warps=NUM_WARPS)
+                 EXACT_P=exact_probabilities(q.dtype), num_warps=NUM_WARPS)
     causal_offset = n_k - n_q
     hopper_attention_bwd_dq_kernel[(triton.cdiv(n_q, DQ_BLOCK_M), B * H)](
         descriptor(q, DQ_BLOCK_M), descriptor(k, DQ_BLOCK_N), descriptor(v, DQ_BLOCK_N),

@@ -52,3 +52,15 @@ def deterministic():
         yield
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def hopper_skip_reason() -> str:
+    """Why the Hopper Gluon kernels cannot run here ("" when they can): no CUDA device, not sm_90,
+    or a Triton release they were not built for (:func:`kernels.hopper_support.supported`)."""
+    if not torch.cuda.is_available():
+        return "needs an sm_90 GPU"
+    import triton
+
+    from kernels.hopper_support import supported
+    ok, why = supported(triton.__version__, torch.cuda.get_device_capability(), torch.bfloat16, 64)
+    return "" if ok else why

@@ -9,21 +9,12 @@ import math
 
 import pytest
 import torch
+from kernel_helpers import hopper_skip_reason
 from kernel_reference import attention_reference, rel_err
 
-from kernels.hopper_support import supported
 
 
-def _skip_reason() -> str:
-    if not torch.cuda.is_available():
-        return "needs an sm_90 GPU"
-    import triton
-
-    ok, why = supported(triton.__version__, torch.cuda.get_device_capability(), torch.bfloat16, 64)
-    return "" if ok else why
-
-
-pytestmark = pytest.mark.skipif(bool(_skip_reason()), reason=_skip_reason() or "supported")
+pytestmark = pytest.mark.skipif(bool(hopper_skip_reason()), reason=hopper_skip_reason() or "supported")
 
 SCHEDULES = [(False, False), (False, True), (True, False), (True, True)]  # (warp_specialize, overlap)
 SHAPES = [(2, 3, 256, 256), (1, 2, 200, 333), (2, 2, 513, 129), (1, 1, 64, 1000)]  # (B, H, N_q, N_k)

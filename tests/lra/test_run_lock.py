@@ -127,6 +127,7 @@ def test_a_killed_sweep_takes_its_child_along_and_the_next_sweep_resumes(tmp_pat
     if not last.exists():
         sweep.kill()
         raise AssertionError(sweep.communicate()[0][-3000:])
+    time.sleep(1.0)  # the child back in its training loop after the validation that wrote last.ckpt
     child = int(holder(run_dir).split()[1])
     sweep.send_signal(signal.SIGKILL)
     sweep.wait()
