@@ -411,6 +411,40 @@ def hopper_attention_fwd_kernel(
 # ---------------------------------------------------------------------------------------------
 # launcher
 # ---------------------------------------------------------------------------------------------
+def softmax_scale_of(head_dim: int, softmax_scale: float | None) -> float:
+    """The scale a launcher uses (default 1 / sqrt(d)); > 0, since the running max is taken over the
+    unscaled scores."""
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    if not scale > 0.0:
+        raise ValueError(f"softmax_scale must be > 0, got {scale}")
+    return scale
+
+
+def padding_args(key_padding_mask, batch: int, n_k: int, placeholder) -> tuple:
+    """(mask tensor, batch stride, key stride) of a launch: the checked bool (B, N_k) mask, or
+    ``placeholder`` with zero strides when there is none (never read: HAS_PAD=False)."""
+    import torch
+
+    if key_padding_mask is None:
+        return placeholder, 0, 0
+    if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (batch, n_k):
+        raise ValueError(f"key_padding_mask must be bool (B, N_k) = ({batch}, {n_k}), got "
+                         f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+    return (key_padding_mask, *key_padding_mask.stride())
+
+
+def tma_descriptor(t, rows: int):
+    """Host-side TMA descriptor over the (B, H, N, d) float16 / bfloat16 tensor ``t``, block
+    (1, 1, rows, d), in the shared-memory layout the kernels' wgmma operands use."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = [1, 1, rows, t.shape[-1]]
+    gl_dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
 def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
                    warp_specialize: bool = True, overlap: bool = True):
     """(out (B, H, N_q, d) in q's dtype, row statistics (B, H, 3, N_q) float32) of
@@ -428,7 +462,6 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     """
     import torch
     import triton
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
@@ -445,34 +478,17 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
                         data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr()))
     if not ok:
         raise ValueError(why)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    if not scale > 0.0:
-        raise ValueError(f"softmax_scale must be > 0, got {scale}")
-    if key_padding_mask is not None:
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, n_k):
-            raise ValueError(f"key_padding_mask must be bool (B, N_k) = ({B}, {n_k}), got "
-                             f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
-
+    scale = softmax_scale_of(d, softmax_scale)
     out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     row_stats = torch.empty((B, H, 3, n_q), dtype=torch.float32, device=q.device)
-    gl_dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-
-    def descriptor(t, rows):
-        block = [1, 1, rows, d]
-        layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
-        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
-    if key_padding_mask is None:
-        pad, stride_pb, stride_pn = row_stats, 0, 0  # never read (HAS_PAD=False)
-    else:
-        pad = key_padding_mask
-        stride_pb, stride_pn = key_padding_mask.stride()
+    pad, stride_pb, stride_pn = padding_args(key_padding_mask, B, n_k, row_stats)
     options = {"num_warps": NUM_WARPS}
     if warp_specialize:
         options["maxnreg"] = MAXNREG
     grid = (triton.cdiv(n_q, BLOCK_M), B * H)
     hopper_attention_fwd_kernel[grid](
-        descriptor(q, BLOCK_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), descriptor(out, BLOCK_M),
+        tma_descriptor(q, BLOCK_M), tma_descriptor(k, BLOCK_N), tma_descriptor(v, BLOCK_N),
+        tma_descriptor(out, BLOCK_M),
         row_stats, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
         STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
         WARP_SPECIALIZE=bool(warp_specialize), OVERLAP=bool(overlap), **options)

@@ -44,8 +44,6 @@ offline with ``python -m kernels.compile_check --hopper``.
 """
 from __future__ import annotations
 
-import math
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -56,7 +54,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .hopper_attention import _cta_barrier, _query_tile, _tma_load, _tma_store
+from .hopper_attention import (_cta_barrier, _query_tile, _tma_load, _tma_store, padding_args, softmax_scale_of,
+                               tma_descriptor)
 from .hopper_support import supported
 from .launch_args import exact_probabilities
 
@@ -412,7 +411,6 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
     """
     import torch
     import triton
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
@@ -438,13 +436,7 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
                         names=("q", "k", "v", "grad_out"))
     if not ok:
         raise ValueError(why)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    if not scale > 0.0:
-        raise ValueError(f"softmax_scale must be > 0, got {scale}")
-    if key_padding_mask is not None:
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, n_k):
-            raise ValueError(f"key_padding_mask must be bool (B, N_k) = ({B}, {n_k}), got "
-                             f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+    scale = softmax_scale_of(d, softmax_scale)
 
     out = out if out.stride(-1) == 1 else out.contiguous()  # read with plain loads, d contiguous
     row_stats = row_stats.contiguous()
@@ -452,28 +444,17 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
     dk = torch.empty((B, H, n_k, d), dtype=q.dtype, device=q.device)
     dv = torch.empty((B, H, n_k, d), dtype=q.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    gl_dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-
-    def descriptor(t, rows):
-        block = [1, 1, rows, d]
-        layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
-        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
-    if key_padding_mask is None:
-        pad, stride_pb, stride_pn = delta, 0, 0  # never read (HAS_PAD=False)
-    else:
-        pad = key_padding_mask
-        stride_pb, stride_pn = key_padding_mask.stride()
+    pad, stride_pb, stride_pn = padding_args(key_padding_mask, B, n_k, delta)
     flags = dict(STAGES=STAGES, IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
                  EXACT_P=exact_probabilities(q.dtype), num_warps=NUM_WARPS)
     causal_offset = n_k - n_q
     hopper_attention_bwd_dq_kernel[(triton.cdiv(n_q, DQ_BLOCK_M), B * H)](
-        descriptor(q, DQ_BLOCK_M), descriptor(k, DQ_BLOCK_N), descriptor(v, DQ_BLOCK_N),
-        descriptor(grad_out, DQ_BLOCK_M), descriptor(dq, DQ_BLOCK_M), out, grad_out, row_stats, delta, pad,
+        tma_descriptor(q, DQ_BLOCK_M), tma_descriptor(k, DQ_BLOCK_N), tma_descriptor(v, DQ_BLOCK_N),
+        tma_descriptor(grad_out, DQ_BLOCK_M), tma_descriptor(dq, DQ_BLOCK_M), out, grad_out, row_stats, delta, pad,
         out.stride(0), out.stride(1), out.stride(2), grad_out.stride(0), grad_out.stride(1), grad_out.stride(2),
         stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, **flags)
     hopper_attention_bwd_dkdv_kernel[(triton.cdiv(n_k, DKV_BLOCK_N), B * H)](
-        descriptor(q, DKV_BLOCK_M), descriptor(k, DKV_BLOCK_N), descriptor(v, DKV_BLOCK_N),
-        descriptor(grad_out, DKV_BLOCK_M), descriptor(dk, DKV_BLOCK_N), descriptor(dv, DKV_BLOCK_N),
+        tma_descriptor(q, DKV_BLOCK_M), tma_descriptor(k, DKV_BLOCK_N), tma_descriptor(v, DKV_BLOCK_N),
+        tma_descriptor(grad_out, DKV_BLOCK_M), tma_descriptor(dk, DKV_BLOCK_N), tma_descriptor(dv, DKV_BLOCK_N),
         row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, **flags)
     return dq, dk, dv

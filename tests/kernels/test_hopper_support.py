@@ -50,3 +50,20 @@ def test_reasons_name_the_backward_tensors():
     ok, why = supported("3.6.0", (9, 0), "bfloat16", 64, strides=(CONTIGUOUS,) * 3 + (bad,),
                         names=("q", "k", "v", "grad_out"))
     assert not ok and why.startswith("grad_out:"), why
+
+
+def test_launch_argument_checks_name_the_problem():
+    """The Hopper launchers' shared argument checks (run on any machine with a Triton that has Gluon)."""
+    import torch
+
+    hopper = pytest.importorskip("kernels.hopper_attention", reason="this Triton has no Gluon")
+    assert hopper.softmax_scale_of(64, None) == pytest.approx(0.125) and hopper.softmax_scale_of(64, 0.5) == 0.5
+    with pytest.raises(ValueError, match="softmax_scale must be > 0"):
+        hopper.softmax_scale_of(64, 0.0)
+    placeholder = torch.zeros(1)
+    assert hopper.padding_args(None, 2, 5, placeholder) == (placeholder, 0, 0)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    assert hopper.padding_args(mask, 2, 5, placeholder) == (mask, 5, 1)
+    for bad in (torch.zeros(2, 5), torch.zeros(2, 4, dtype=torch.bool)):
+        with pytest.raises(ValueError, match=r"key_padding_mask must be bool \(B, N_k\) = \(2, 5\)"):
+            hopper.padding_args(bad, 2, 5, placeholder)
