@@ -2,9 +2,10 @@
 
 One program computes one (query tile, batch * head): softmax(q k^T * scale) v for ``BLOCK_M``
 query rows, returning O in the input dtype and the float32 row statistics of the portable forward
-(natural-log log-sum-exp of the scaled scores, row max m, log2 of the denominator). The same numerics as the portable kernel of :mod:`kernels.triton_attention`: the running
-row maximum is taken over the raw scores and ``p = exp2((s - m) * scale * log2(e))`` (the largest
-p of a row is exactly 1); causal masking is aligned to the bottom-right corner (query i sees keys
+(natural-log log-sum-exp of the scaled scores, row max m, log2 of the denominator). The same
+numerics as the portable kernel of :mod:`kernels.triton_attention`: the running row maximum is
+taken over the raw scores and ``p = exp2((s - m) * scale * log2(e))`` (the largest p of a row is
+exactly 1); causal masking is aligned to the bottom-right corner (query i sees keys
 j <= i + N_k - N_q); a row with no visible key gets O = 0 and LSE = -inf.
 
 How it is built:
