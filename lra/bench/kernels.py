@@ -3,8 +3,8 @@
 Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one provenance file:
 
 1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention) and ``ours_hopper`` (the Hopper
-   Gluon forward, kernels.hopper_attention, not yet dispatched by flash_attention: forward only,
-   ``unsupported`` elsewhere) vs the anchors ``sdpa_flash``,
+   Gluon forward, kernels.hopper_attention, not yet dispatched by flash_attention: on request only,
+   forward only, ``unsupported`` elsewhere) vs the anchors ``sdpa_flash``,
    ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
    torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
    (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the

@@ -244,6 +244,11 @@ def test_merge_refuses_parts_measured_with_other_settings(tmp_path):
         bench.merge_reports([plain, causal], str(tmp_path / "out"), "m")
 
 
+def test_the_hopper_forward_is_benchmarked_on_request_only():
+    assert "ours_hopper" not in _parser().parse_args([]).impls
+    assert _parser().parse_args(["--impls", "ours", "ours_hopper"]).impls == ["ours", "ours_hopper"]
+
+
 def test_hopper_forward_cells_are_unsupported_with_dropout_and_for_the_backward(monkeypatch):
     """`ours_hopper` has no dropout and no backward: those cells are recorded `unsupported` (with the
     reason), never as errors, and a GPU or Triton it was not built for says why."""
