@@ -3,8 +3,8 @@
 Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one provenance file:
 
 1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention) and ``ours_hopper`` (the Hopper
-   Gluon forward, kernels.hopper_attention, not yet dispatched by flash_attention: on request only,
-   forward only, ``unsupported`` elsewhere) vs the anchors ``sdpa_flash``,
+   Gluon kernels through kernels.hopper_autograd: on request only, ``unsupported`` off sm_90) vs the
+   anchors ``sdpa_flash``,
    ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
    torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
    (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
@@ -75,10 +75,10 @@ def _sdpa(backend_name: str, causal: bool, dropout: float = 0.0):
 
 
 def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None):
-    """The Hopper Gluon forward (``kernels.hopper_attention``); ``Unsupported`` off Hopper, with a
-    Triton release it was not built for, with dropout (checked once per cell, outside the timed
-    calls: the cell's inputs are fresh contiguous tensors, which TMA accepts), and for the backward
-    passes (it has none)."""
+    """The Hopper Gluon kernels (``kernels.hopper_autograd``: forward and backward); ``Unsupported``
+    off Hopper, with a Triton release they were not built for and with dropout (checked once per
+    cell, outside the timed calls: the cell's inputs are fresh contiguous tensors, which TMA
+    accepts)."""
     import torch
     import triton
 
@@ -89,12 +89,10 @@ def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None):
     ok, why = supported(triton.__version__, torch.cuda.get_device_capability(), dtype or torch.bfloat16, head_dim)
     if not ok:
         raise Unsupported(f"ours_hopper: {why}")
-    from kernels.hopper_attention import hopper_forward
+    from kernels.hopper_autograd import hopper_flash_attention
 
     def forward(q, k, v):
-        if torch.is_grad_enabled() and q.requires_grad:
-            raise Unsupported("ours_hopper: forward only (no backward kernel yet)")
-        return hopper_forward(q, k, v, None, causal, None)[0]
+        return hopper_flash_attention(q, k, v, causal=causal)
     return forward
 
 
