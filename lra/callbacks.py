@@ -307,6 +307,7 @@ class StopAt(pl.Callback):
     def __init__(self, deadline: float):
         super().__init__()
         self.deadline = float(deadline)
+        self.stopped_at_step: int | None = None  # set when the deadline stops the fit
 
     @classmethod
     def from_env(cls) -> "StopAt | None":
@@ -340,6 +341,7 @@ class StopAt(pl.Callback):
         else:
             stop = time.time() >= self.deadline
         if stop:
+            self.stopped_at_step = trainer.global_step
             rank_zero_info(f"${STOP_AT_ENV} reached at step {trainer.global_step}: stopping (resume with --resume)")
             raise KeyboardInterrupt(f"${STOP_AT_ENV} reached")
 

@@ -41,7 +41,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra import provenance
 from lra.checkpoint_transfer import InitialWeights, check_compatible, read_checkpoint
-from lra.callbacks import (Diverged, RngState, SaveOnInterrupt, StopAt, StopOnDivergence, TrainingStats,
+from lra.callbacks import (STOP_AT_ENV, Diverged, RngState, SaveOnInterrupt, StopAt, StopOnDivergence, TrainingStats,
                            ValidateAtEnd)
 from lra.checkpoints import CHECKPOINT_DIR, LAST, AtomicCheckpointIO, checkpoint_callback
 from lra.config import RunConfig, parse_devices
@@ -472,6 +472,9 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
         status = ("oom" if _is_oom(err) else "diverged" if isinstance(err, Diverged)
                   else "interrupted" if _was_interrupted(err) else "failed")
         text = _error_text(err)
+        deadline = next((c for c in callbacks if isinstance(c, StopAt) and c.stopped_at_step is not None), None)
+        if deadline is not None:  # Lightning turns the stop into SystemExit(1); say what stopped the run
+            text = f"interrupted (${STOP_AT_ENV} deadline reached at step {deadline.stopped_at_step})"
         tb = traceback.format_exc()
         if rank0:
             try:
