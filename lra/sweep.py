@@ -67,6 +67,7 @@ class SweepSpec:
     num_nodes: int | None = None
     strategy: str | None = None
     compile: bool | None = None
+    compile_mode: str | None = None  # torch.compile mode (train.compile_mode): a speed setting, not in the run id
     skip_failed: bool = False
     runs_per_gpu: int = 1      # concurrent runs sharing each GPU (local launcher)
 
@@ -116,7 +117,8 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
         config = resolve(task, attention, preset=spec.preset, seed=seed, seq_len=seq_len,
                          overrides=spec.overrides, attention_options=spec.attention_options,
                          runs_dir=spec.runs_dir, data_dir=spec.data_dir, devices=spec.devices,
-                         num_nodes=spec.num_nodes, strategy=spec.strategy, compile=spec.compile)
+                         num_nodes=spec.num_nodes, strategy=spec.strategy, compile=spec.compile,
+                         compile_mode=spec.compile_mode)
         state, reason = "new", ""
         try:
             validate_run(config, resolve_runtime(config))
@@ -226,6 +228,8 @@ def train_argv(run: PlannedRun, spec: SweepSpec, *, python: str | None = None) -
         argv += ["--strategy", str(spec.strategy)]
     if spec.compile is not None:
         argv += ["--compile" if spec.compile else "--no-compile"]
+    if spec.compile_mode is not None:
+        argv += ["--compile-mode", spec.compile_mode]
     argv += list(spec.overrides)
     argv += [f"attention.{k}={v}" for k, v in spec.attention_options.items()]
     return argv

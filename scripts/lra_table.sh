@@ -8,6 +8,8 @@
 # OUT/table.{md,tex} and OUT/table-{accuracy,efficiency}.csv, figures in OUT/plots. RUNS_PER_GPU
 # runs share each GPU (default 7). With MINUTES every run stops resumably at the deadline; running
 # the same command again skips completed runs and resumes the others from their last checkpoint.
+# A part of the grid: TASKS, ATTENTIONS, SEEDS (space-separated lists; default the whole table).
+# COMPILE_MODE=reduce-overhead trains under CUDA graphs (a speed setting; the run ids stay the same).
 set -euo pipefail
 OUT=${1:?usage: scripts/lra_table.sh OUT [MINUTES]}
 source "$(dirname "$0")/budget.sh"
@@ -15,18 +17,23 @@ budget_start "${2:-}"
 DATA=${DATA:-$OUT/data}
 RUNS=$OUT/runs
 RUNS_PER_GPU=${RUNS_PER_GPU:-7}
+read -r -a TASKS <<< "${TASKS:-listops pathfinder32}"
+read -r -a ATTENTIONS <<< "${ATTENTIONS:-softmax sdpa flash flash_sparse performer linformer bigbird}"
+read -r -a SEEDS <<< "${SEEDS:-0 1 2}"
+mode=()
+[[ -n "${COMPILE_MODE:-}" ]] && mode=(--compile-mode "$COMPILE_MODE")
 
-# data: ListOps (96,000 / 2,000 / 2,000 expressions) and Pathfinder-32 (200,000 hard images, 80/10/10)
-${LRA:-lra} data generate listops --data-dir "$DATA"
-${LRA:-lra} data generate pathfinder32 --data-dir "$DATA"
+# data: ListOps (96,000 / 2,000 / 2,000 expressions), Pathfinder-32 (200,000 hard images, 80/10/10)
+for task in "${TASKS[@]}"; do
+  ${LRA:-lra} data generate "$task" --data-dir "$DATA"
+done
 
 budget_spent && budget_stop
 budget=()
 [[ -n "$BUDGET_DEADLINE" ]] && budget=(--budget-minutes "$(budget_left_min)")
 sweep_rc=0
-${LRA:-lra} sweep --preset paper --tasks listops pathfinder32 \
-  --attentions softmax sdpa flash flash_sparse performer linformer bigbird --seeds 0 1 2 \
-  --runs-per-gpu "$RUNS_PER_GPU" "${budget[@]}" --runs-dir "$RUNS" --data-dir "$DATA" || sweep_rc=$?
+${LRA:-lra} sweep --preset paper --tasks "${TASKS[@]}" --attentions "${ATTENTIONS[@]}" --seeds "${SEEDS[@]}" \
+  --runs-per-gpu "$RUNS_PER_GPU" "${mode[@]}" "${budget[@]}" --runs-dir "$RUNS" --data-dir "$DATA" || sweep_rc=$?
 
 # tables and figures of what has completed (a partial table says n = completed seeds per cell)
 ${LRA:-lra} table --runs-dir "$RUNS" --out "$OUT/table.md"

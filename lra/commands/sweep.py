@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                      overrides=list(args.overrides), attention_options=attention_options_from_args(args),
                      runs_dir=args.runs_dir, data_dir=args.data_dir, devices=args.devices,
                      num_nodes=args.num_nodes, strategy=args.strategy, compile=args.compile,
-                     skip_failed=args.skip_failed, runs_per_gpu=args.runs_per_gpu)
+                     compile_mode=args.compile_mode, skip_failed=args.skip_failed, runs_per_gpu=args.runs_per_gpu)
     if args.parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
     if args.runs_per_gpu < 1:

@@ -41,6 +41,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs-dir", default="runs", metavar="DIR", help="root of the run folders (default: runs)")
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: $LRA_DATA, else ./data)")
     add_hardware_arguments(parser)
+    parser.add_argument("--compile-mode", default=None, metavar="MODE",
+                        help="torch.compile mode when compiling: default, reduce-overhead, max-autotune, "
+                             "max-autotune-no-cudagraphs (train.compile_mode; not part of the run id)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, e.g. model.dim=128 optim.lr=3e-4 attention.nb_features=64")
     for option, users in option_users().items():
@@ -71,9 +74,6 @@ def add_parser(sub) -> None:
     parser.add_argument("--force", action="store_true", help="train again even if the run exists")
     parser.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
                         help="rich progress bar (default: when the terminal is interactive)")
-    parser.add_argument("--compile-mode", default=None, metavar="MODE",
-                        help="torch.compile mode when compiling: default, reduce-overhead, max-autotune, "
-                             "max-autotune-no-cudagraphs (train.compile_mode; not part of the run id)")
     parser.add_argument("--init-from", default=None, metavar="CKPT",
                         help="start from the weights of this lra checkpoint; a smaller image's positional "
                              "grid is upsampled by duplication (Path-64 -> Path-X / Path-256)")

@@ -150,12 +150,14 @@ def test_train_argv_resolves_to_the_planned_run(tmp_path):
 
     spec = _spec(tmp_path, attentions=["performer"])
     spec.attention_options = {"nb_features": "16"}
+    spec.compile_mode = "reduce-overhead"
     run = plan_sweep(spec)[0]
     argv = train_argv(run, spec)
     assert argv[1:4] == ["-m", "lra", "train"] and "--resume" in argv
     args = build_parser().parse_args(argv[3:])
     config = config_from_args(args, task=args.task, attention=args.attention, seed=args.seed, seq_len=args.seq_len)
     assert config.run_id() == run.config.run_id() and config.attention_options["nb_features"] == 16
+    assert config.train.compile_mode == run.config.train.compile_mode == "reduce-overhead"
 
 
 def test_slurm_no_submit_writes_sbatch_scripts_without_a_cluster(tmp_path, monkeypatch):

@@ -125,6 +125,19 @@ def test_lra_table_sweeps_the_paper_grid_within_the_budget(tmp_path):
     assert [c["argv"][0] for c in calls].count("table") == 3
 
 
+def test_lra_table_runs_the_part_of_the_grid_it_is_given(tmp_path):
+    env = {"TASKS": "pathfinder32", "ATTENTIONS": "flash sdpa", "SEEDS": "1", "COMPILE_MODE": "reduce-overhead"}
+    proc, calls = run_recipe(SCRIPTS / "lra_table.sh", tmp_path, "30", env=env)
+    assert proc.returncode == 0, proc.stderr
+    generated = [c["argv"][2] for c in calls if c["argv"][:2] == ["data", "generate"]]
+    assert generated == ["pathfinder32"]
+    sweep = next(c["argv"] for c in calls if c["argv"][0] == "sweep")
+    assert sweep[sweep.index("--tasks") + 1:sweep.index("--attentions")] == ["pathfinder32"]
+    assert sweep[sweep.index("--attentions") + 1:sweep.index("--seeds")] == ["flash", "sdpa"]
+    assert sweep[sweep.index("--seeds") + 1:sweep.index("--runs-per-gpu")] == ["1"]
+    assert sweep[sweep.index("--compile-mode") + 1] == "reduce-overhead"
+
+
 def test_lra_table_without_budget_passes_none(tmp_path):
     proc, calls = run_recipe(SCRIPTS / "lra_table.sh", tmp_path)
     assert proc.returncode == 0, proc.stderr
