@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -73,7 +74,12 @@ def test_listops_run_writes_record_logs_and_checkpoints(tmp_path, data_dir, caps
 
     run_dir = runs / "listops" / "softmax" / rec["run_id"]
     assert (run_dir / "config.yaml").is_file()
-    assert list((run_dir / "logs").glob("version_*/metrics.csv"))
+    metrics = pd.read_csv(next((run_dir / "logs").glob("version_*/metrics.csv")))
+    # per logged training step: the loss and that batch's accuracy (a multiple of 1/8 at batch 8)
+    train_rows = metrics.dropna(subset=["train/acc"])
+    assert len(train_rows) >= 1 and train_rows["train/loss"].notna().all()
+    assert ((train_rows["train/acc"] * 8).round(6) % 1 == 0).all() and train_rows["train/acc"].between(0, 1).all()
+    assert metrics["val/acc"].dropna().between(0, 1).all()
     best = list((run_dir / "checkpoints").glob("best-step*.ckpt"))
     assert len(best) == 1 and (run_dir / "checkpoints" / "last.ckpt").is_file()
     # The checkpoint rebuilds the model on its own: resolved config + data spec.
