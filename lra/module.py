@@ -110,8 +110,8 @@ class LraModule(pl.LightningModule):
         logits, loss = self._loss(batch)
         labels = batch["label"]
         # this batch's accuracy as a plain tensor: logging a torchmetrics object costs its forward and
-        # Lightning's per-call move of the metric (about 2 ms of host time per step, which a
-        # host-bound GPU step pays in full)
+        # Lightning's per-call move of the metric, over a millisecond of host time per step, which a
+        # host-bound GPU step pays in full
         accuracy = (logits.detach().argmax(dim=-1) == labels).float().mean()
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=labels.shape[0])
         self.log("train/acc", accuracy, on_step=True, on_epoch=False, batch_size=labels.shape[0])
