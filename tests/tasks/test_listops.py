@@ -152,7 +152,7 @@ def test_generated_source_reads_back_and_labels_span_classes(tmp_path):
 
 
 def test_generator_rejects_lengths_no_expression_fits(tmp_path):
-    # seq_len 3 -> max_length 4: no expression is that short; the generator used to search 1M chunks
+    # seq_len 3 -> max_length 4: no expression is that short, so the generator refuses at once instead of searching
     with pytest.raises(ValueError, match="max_length must be at least 5"):
         build_datamodule("listops", data_dir=tmp_path, batch_size=2, seq_len=3, source="generated")
     p = listops.ListOpsParams(n_train=3, n_val=1, n_test=1, min_length=1, max_length=5)
