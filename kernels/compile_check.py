@@ -14,9 +14,10 @@ compiles only those).
 
 ``--hopper`` compiles the Gluon forward of :mod:`kernels.hopper_attention` instead, through ptxas
 to a cubin: head dims 64 and 128, bfloat16 and float16, causal or not, with or without a
-key-padding mask, each in its four schedules (warp-specialised or single-partition, with or
-without the overlap of one tile's softmax with the previous tile's PV); it prints registers, spill
-stores, shared memory and the partitions' ``setmaxnreg`` counts. It then compiles the Gluon backward of
+key-padding mask, each in its six schedules (warp-specialised, single-partition or ping-pong, with
+or without the overlap of one tile's softmax with the previous tile's PV); it prints registers,
+spill stores, those inside loops (``loop-spills``), shared memory and the partitions'
+``setmaxnreg`` counts. It then compiles the Gluon backward of
 :mod:`kernels.hopper_attention_bwd` (its dQ and dK/dV kernels) for the same head dims, dtypes,
 causal and mask flags, printing ``hopper-bwd`` lines with registers, spill stores, the spill
 stores and loads inside loops (``loop-spills``) and shared memory. It skips, with a one-line reason
@@ -300,9 +301,12 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
         yield line
 
 
-def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_specialize: bool, overlap: bool):
+def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_specialize: bool, overlap: bool,
+                   pingpong: bool = False):
     """(Gluon source of the Hopper forward as :func:`kernels.hopper_attention.hopper_forward` launches
-    it, its compile options). Integer arguments are left unspecialised (the general variant)."""
+    it, its compile options). Integer arguments are left unspecialised (the general variant).
+    ``pingpong``: the ping-pong kernel (warp-specialised by construction; ``warp_specialize`` is
+    ignored)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -314,37 +318,43 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
         block = [1, 1, rows, head_dim]
         return f"tensordesc<{dtype}{block},{gl.NVMMASharedLayout.get_default_for(block, gl_dtype)!r}>"
 
-    fn = ha.hopper_attention_fwd_kernel
-    types = dict(q_desc=descriptor(ha.BLOCK_M), k_desc=descriptor(ha.BLOCK_N), v_desc=descriptor(ha.BLOCK_N),
-                 o_desc=descriptor(ha.BLOCK_M), ROWS="*fp32", PAD="*i1", qk_scale="fp32")
-    constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad,
-                      WARP_SPECIALIZE=warp_specialize, OVERLAP=overlap, num_warps=ha.NUM_WARPS)
+    if pingpong:
+        fn, q_rows, warps = ha.hopper_attention_fwd_pingpong_kernel, ha.PP_ROWS, ha.PP_WARPS
+        constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad, OVERLAP=overlap,
+                          num_warps=warps)
+    else:
+        fn, q_rows, warps = ha.hopper_attention_fwd_kernel, ha.BLOCK_M, ha.NUM_WARPS
+        constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad,
+                          WARP_SPECIALIZE=warp_specialize, OVERLAP=overlap, num_warps=warps)
+    types = dict(q_desc=descriptor(q_rows), k_desc=descriptor(ha.BLOCK_N), v_desc=descriptor(ha.BLOCK_N),
+                 o_desc=descriptor(q_rows), ROWS="*fp32", PAD="*i1", qk_scale="fp32")
     sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
-    options = {"num_warps": ha.NUM_WARPS}
-    if warp_specialize:
+    options = {"num_warps": warps}
+    if warp_specialize or pingpong:
         options["maxnreg"] = ha.MAXNREG
     return GluonASTSource(fn, sig, constexprs=constexprs), options
 
 
 def _hopper_variant(variant: tuple, arch: int = 90) -> str:
-    """Compiles one Hopper variant (head dim, dtype, causal, pad, warp-specialised, overlapped) to a
-    cubin; its report line."""
+    """Compiles one Hopper variant (head dim, dtype, causal, pad, schedule) to a cubin; its report
+    line. The schedule: (warp-specialised, overlapped, ping-pong)."""
     import re
 
     import triton
     from triton.backends.compiler import GPUTarget
 
-    head_dim, dtype, causal, pad, ws, overlap = variant
-    src, options = _hopper_source(head_dim, dtype, causal, pad, ws, overlap)
+    head_dim, dtype, causal, pad, (ws, overlap, pingpong) = variant
+    src, options = _hopper_source(head_dim, dtype, causal, pad, ws, overlap, pingpong)
     t0 = time.perf_counter()
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
-    schedule = ("warp-spec" if ws else "1-partition") + ("+overlap" if overlap else "")
+    schedule = ("pingpong" if pingpong else "warp-spec" if ws else "1-partition") + ("+overlap" if overlap else "")
     # warp specialisation: REG is the launch cap; the partitions' own budgets are setmaxnreg's
     maxnreg = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
                                                  compiled.asm["ptx"])})
+    cubin = compiled.asm["cubin"]
     line = (f"hopper {dtype:>5} d={head_dim:<3} {schedule:<19} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
-            f"{_resources(compiled.asm['cubin'])} smem:{compiled.metadata.shared}")
+            f"{_resources(cubin)} loop-spills:{_loop_spills(cubin)} smem:{compiled.metadata.shared}")
     if maxnreg:
         line += " setmaxnreg:" + ",".join(map(str, maxnreg))
     return line
@@ -444,8 +454,10 @@ def compile_hopper(jobs: int | None = None):
     checks the Triton version first (:func:`kernels.hopper_support.triton_version_ok`)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    forward = itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), (True, False),
-                                (True, False))
+    # schedules (warp-specialised, overlapped, ping-pong)
+    schedules = [(True, True, False), (True, False, False), (False, True, False), (False, False, False),
+                 (True, True, True), (True, False, True)]
+    forward = itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), schedules)
     backward = itertools.product(("dq", "dkdv"), (64, 128), ("bf16", "fp16"), (False, True), (False, True))
     jobs_list = [("fwd", v) for v in forward] + [("bwd", v) for v in backward]
     jobs = jobs or min(8, os.cpu_count() or 1)

@@ -25,6 +25,14 @@ How it is built:
   (FlashAttention-3's intra-warpgroup overlap) tile j's QK^T and tile j - 1's PV are issued back
   to back and tile j's softmax runs while the PV is still on the tensor cores; without it each
   wgmma is waited for at once.
+- The ping-pong schedule (FlashAttention-3's inter-warpgroup pingpong,
+  :func:`hopper_attention_fwd_pingpong_kernel`) puts the two consumer warpgroups in partitions of
+  their own, 64 query rows and a Q buffer each, sharing the producer's K/V ring. In the 8-warp
+  consumer both warpgroups run the softmax at the same time, so the tensor cores idle meanwhile;
+  here the two take turns at issuing their wgmmas (an mbarrier hand-off), which offsets them by
+  half an iteration: one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
+  Each warpgroup runs the same tiles and instructions on its rows as in the 8-warp consumer (with or
+  without ``OVERLAP``), so the results are the same.
 - The key loop runs in two parts, like the portable kernel: tiles every row sees in full (no
   element mask) and the causal diagonal / ragged last tile (masked).
 
@@ -69,6 +77,12 @@ PRODUCER_REGS = gl.constexpr(24)  # the fewest registers setmaxnreg allows; the 
 # warps. The producer gives its share back, so the consumer warps can grow to (65536 - 4 * 32 *
 # 24) / 256 = 244 -> 240 registers each
 MAXNREG = 168
+# the ping-pong schedule: two consumer warpgroups of PP_ROWS query rows each, as two partitions
+PP_ROWS = 64
+PP_WARPS = 4  # warps of each consumer partition (the kernel's num_warps: consumer 0 is the default partition)
+# consumer 1's setmaxnreg budget; consumer 0 (the default partition) gets what is left of the 65536
+# registers under the MAXNREG launch cap over 12 warps: (168 * 12 - 240 * 4 - 24 * 4) * 32 / 128 = 240
+PP_CONSUMER_REGS = gl.constexpr(240)
 
 
 def stages_for(head_dim: int) -> int:
@@ -88,6 +102,22 @@ def _load_tile(desc, bufs, ready, b, h, j, slot, pred, BLOCK_N: gl.constexpr, NB
 
 
 @gluon.jit
+def _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end,
+                STAGES: gl.constexpr, BLOCK_N: gl.constexpr, NBYTES_KV: gl.constexpr):
+    """K and V of key tiles [0, end) into the ring, each into a slot only after its consumers have
+    released it (the "empty" barriers count one arrival per consumer partition)."""
+    for j in range(0, end):
+        slot = j % STAGES
+        # an mbarrier starts in phase 0 with the phase before (parity 1) counted as complete, so
+        # the first pass over the ring waits for nothing
+        free_phase = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(slot), free_phase)
+        _load_tile(k_desc, k_bufs, k_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+        mbarrier.wait(v_empty.index(slot), free_phase)
+        _load_tile(v_desc, v_bufs, v_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+
+
+@gluon.jit
 def _producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
               NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr):
     """Worker partition: Q once, then K and V of key tiles [0, end) into the ring, each into a
@@ -98,15 +128,8 @@ def _producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.
     b, h, bh, start_m = coords
     mbarrier.expect(q_bar, NBYTES_Q)
     _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
-    for j in range(0, end):
-        slot = j % STAGES
-        # an mbarrier starts in phase 0 with the phase before (parity 1) counted as complete, so
-        # the first pass over the ring waits for nothing
-        free_phase = ((j // STAGES) & 1) ^ 1
-        mbarrier.wait(k_empty.index(slot), free_phase)
-        _load_tile(k_desc, k_bufs, k_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
-        mbarrier.wait(v_empty.index(slot), free_phase)
-        _load_tile(v_desc, v_bufs, v_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+    _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, STAGES, BLOCK_N,
+                NBYTES_KV)
 
 
 @gluon.jit
@@ -161,6 +184,43 @@ def _release_kv(ring, b, h, j, end, STAGES: gl.constexpr, NBYTES_KV: gl.constexp
         mbarrier.arrive(v_empty.index(slot), count=1)
 
 
+# Ping-pong hand-off (PINGPONG): two consumer partitions, one warpgroup each, issue their wgmma
+# groups in strict alternation A0, B0, A1, B1, ... (consumer 0 = A first). ``turns`` holds two
+# mbarriers of arrival count 1: turns[c] is consumer c's "your turn" barrier, which the *other*
+# consumer arrives on (an arrive lowers to a partition barrier plus one thread's arrive, so one
+# arrive per partition) right after issuing a group. Consumer c waits for its g-th turn (g = 0, 1,
+# ...) with parity (g & 1) ^ (1 - c):
+# - consumer 0, g = 0: parity 1, the phase "before" a fresh mbarrier, complete at once (0 goes first);
+#   g >= 1: parity (g - 1) & 1, i.e. phase g - 1 of turns[0], completed by consumer 1's (g - 1)-th arrive,
+#   which follows its (g - 1)-th group;
+# - consumer 1, g: parity g & 1, phase g of turns[1], completed by consumer 0's g-th arrive.
+# No phase is skipped (parity waits cannot tell phase p from p + 2): consumer 0's (g + 1)-th arrive
+# on turns[1] needs its (g + 1)-th turn, i.e. consumer 1's g-th arrive, which comes after consumer 1's
+# g-th wait; so while consumer 1 waits for phase g, turns[1] has completed at most phases 0..g, and
+# symmetrically for turns[0]. Both consumers run the same key tiles [0, end), so they take the same
+# number of turns; consumer 1's last arrive is never waited for (harmless: nothing reuses the barrier).
+# The shared K/V ring's "empty" barriers count 2 (one arrive from each consumer per tile); phase p of a
+# slot completes with exactly one arrive of each, since a consumer's next arrive on that slot is for
+# the tile the producer loads only after phase p has completed. No cycle between the turns and the
+# ring: a consumer that holds a turn waits at most for the K / V of the tiles of its group (plain:
+# K_j for group 2j, V_j for 2j + 1; overlap: K_j and V_(j-1) for group j), which the producer loads
+# once both consumers have released tile j - STAGES (STAGES >= 2). The other consumer has issued at
+# least the previous group and, without needing a turn, waits for its wgmmas and releases what they
+# read: all of tile j - 1 (plain) or K_(j-1) and V_(j-2) (overlap), so tile j - 2 in either case.
+@gluon.jit
+def _take_turn(turns, g, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Ping-pong: waits until consumer ``WG`` may issue its ``g``-th wgmma group (no-op otherwise)."""
+    if PINGPONG:
+        mbarrier.wait(turns.index(WG), (g & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _pass_turn(turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Ping-pong: consumer ``WG`` has issued a wgmma group; the other consumer's turn (no-op otherwise)."""
+    if PINGPONG:
+        mbarrier.arrive(turns.index(1 - WG), count=1)
+
+
 @gluon.jit
 def _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
                     MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr):
@@ -196,22 +256,29 @@ def _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row,
 
 @gluon.jit
 def _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, lo, hi, end, rows, N_K, causal_offset, qk_scale,
-                  pad_row, stride_pn, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, MASKED: gl.constexpr,
-                  IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr):
+                  pad_row, stride_pn, turns, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, MASKED: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr, WG: gl.constexpr,
+                  PINGPONG: gl.constexpr):
     """Key tiles [lo, hi), one after the other: S, softmax, then PV, each wgmma waited for at once
     (the TMA loads of later tiles overlap; the MMAs and the softmax do not). ``s_zero``: a zero
-    tile in the layout of S (the QK^T wgmma's accumulator operand, ignored with use_acc=False)."""
+    tile in the layout of S (the QK^T wgmma's accumulator operand, ignored with use_acc=False).
+    ``PINGPONG``: each wgmma is one turn of the hand-off (QK^T of tile j is group 2j, its PV
+    2j + 1), so the other consumer's wgmmas run during this one's softmax."""
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     for j in range(lo, hi):
+        _take_turn(turns, 2 * j, WG, PINGPONG)
         s = _issue_scores(q_tile, ring, j, s_zero, STAGES)
+        _pass_turn(turns, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s])
         _release_k(ring, j, STAGES, SELF_LOAD)
         p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
                                              MASKED, IS_CAUSAL, HAS_PAD)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
         p_op = gl.convert_layout(p.to(ring[2].dtype), p_layout)
+        _take_turn(turns, 2 * j + 1, WG, PINGPONG)
         acc = _issue_pv(p_op, acc, ring, j, STAGES)
+        _pass_turn(turns, WG, PINGPONG)
         acc = warpgroup_mma_wait(0, deps=[acc])
         _release_kv(ring, b, h, j, end, STAGES, NBYTES_KV, SELF_LOAD)
     return acc, m_i, l_i
@@ -219,19 +286,23 @@ def _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, lo, hi, end, rows, 
 
 @gluon.jit
 def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo, hi, end, rows, N_K,
-                             causal_offset, qk_scale, pad_row, stride_pn, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr,
-                             MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr,
-                             SELF_LOAD: gl.constexpr):
+                             causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES: gl.constexpr,
+                             NBYTES_KV: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                             HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr, WG: gl.constexpr,
+                             PINGPONG: gl.constexpr):
     """Key tiles [lo, hi), lo >= 1, with FlashAttention-3's intra-warpgroup overlap: tile j's QK^T
     and tile j - 1's PV (``p_op``: tile j - 1's P, in registers) are issued together; wgmma
     groups complete in issue order, so waiting until one group is left in flight gives S_j while
     the tensor cores still run PV_{j-1}, and tile j's softmax overlaps it. Returns tile hi - 1's P
-    for the caller to finish."""
+    for the caller to finish. ``PINGPONG``: the two wgmmas of tile j are group j of the hand-off
+    (tile 0's QK^T is group 0, the last PV group ``end``)."""
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = p_op.type.layout
     for j in range(lo, hi):
+        _take_turn(turns, j, WG, PINGPONG)
         s = _issue_scores(q_tile, ring, j, s_zero, STAGES)
         acc = _issue_pv(p_op, acc, ring, j - 1, STAGES)
+        _pass_turn(turns, WG, PINGPONG)
         s = warpgroup_mma_wait(1, deps=[s])
         _release_k(ring, j, STAGES, SELF_LOAD)
         p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
@@ -246,12 +317,16 @@ def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo
 
 @gluon.jit
 def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
-              STAGES: gl.constexpr, NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr, SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr):
-    """Default partition: the MMAs, the online softmax and the epilogue (O through TMA from the Q
-    buffer, which the last QK^T has finished with; the row statistics with plain stores). With ``SELF_LOAD`` it
-    also issues the loads (no producer partition). ``OVERLAP``: FlashAttention-3's overlap of a
-    tile's softmax with the previous tile's PV (:func:`_attend_tiles_overlapped`)."""
+              turns, STAGES: gl.constexpr, NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr, SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr,
+              WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Consumer partition: the MMAs, the online softmax and the epilogue (O through TMA from the Q
+    buffer, which the last QK^T has finished with; the row statistics with plain stores) of the
+    ``BLOCK_M`` query rows from ``start_m`` (``coords``) against key tiles [0, end) (``ranges``). With
+    ``SELF_LOAD`` it also issues the loads (no producer partition). ``OVERLAP``: FlashAttention-3's
+    overlap of a tile's softmax with the previous tile's PV (:func:`_attend_tiles_overlapped`).
+    ``PINGPONG``: consumer ``WG`` (0 or 1) of the ping-pong schedule, one warpgroup, which takes
+    turns with the other at issuing wgmmas through the ``turns`` mbarriers (:func:`_take_turn`)."""
     q_desc, k_desc, v_desc, o_desc = descs
     q_smem, k_bufs, v_bufs = bufs
     q_bar, k_ready, v_ready, k_empty, v_empty = bars
@@ -292,31 +367,36 @@ def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn
         if end > 0:
             # tile 0: scores and softmax only (through the masked path, right for any tile); its
             # PV goes out with tile 1's QK^T
+            _take_turn(turns, 0, WG, PINGPONG)
             s = _issue_scores(q_tile, ring, 0, s_zero, STAGES)
+            _pass_turn(turns, WG, PINGPONG)
             s = warpgroup_mma_wait(0, deps=[s])
             _release_k(ring, 0, STAGES, SELF_LOAD)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, rows, N_K, causal_offset, qk_scale, pad_row,
                                                  stride_pn, True, IS_CAUSAL, HAS_PAD)
             p_op = gl.convert_layout(p.to(k_bufs.dtype), p_layout)
         acc, m_i, l_i, p_op = _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, 1, full_hi,
-                                                       end, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn, STAGES,
-                                                       NBYTES_KV, False, IS_CAUSAL, HAS_PAD, SELF_LOAD)
+                                                       end, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn, turns,
+                                                       STAGES, NBYTES_KV, False, IS_CAUSAL, HAS_PAD, SELF_LOAD, WG,
+                                                       PINGPONG)
         acc, m_i, l_i, p_op = _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h,
                                                        gl.maximum(full_hi, 1), end, end, rows, N_K, causal_offset,
-                                                       qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, True,
-                                                       IS_CAUSAL, HAS_PAD, SELF_LOAD)
+                                                       qk_scale, pad_row, stride_pn, turns, STAGES, NBYTES_KV, True,
+                                                       IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG)
         if end > 0:
             # the last tile's PV
+            _take_turn(turns, end, WG, PINGPONG)
             acc = _issue_pv(p_op, acc, ring, end - 1, STAGES)
+            _pass_turn(turns, WG, PINGPONG)
             acc = warpgroup_mma_wait(0, deps=[acc])
             _release_kv(ring, b, h, end - 1, end, STAGES, NBYTES_KV, SELF_LOAD)
     else:
         acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, 0, full_hi, end, rows, N_K,
-                                      causal_offset, qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, False, IS_CAUSAL, HAS_PAD,
-                                      SELF_LOAD)
+                                      causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES, NBYTES_KV, False,
+                                      IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG)
         acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, full_hi, end, end, rows, N_K,
-                                      causal_offset, qk_scale, pad_row, stride_pn, STAGES, NBYTES_KV, True, IS_CAUSAL, HAS_PAD,
-                                      SELF_LOAD)
+                                      causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES, NBYTES_KV, True,
+                                      IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG)
 
     # rows that saw no key (l == 0) give 0, lse = -inf, m = +inf, log2(l) = 0
     seen = l_i > 0.0
@@ -399,14 +479,95 @@ def hopper_attention_fwd_kernel(
     if WARP_SPECIALIZE:
         gl.warp_specialize([
             (_consumer, ((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), ROWS, PAD, stride_pb,
-                         stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL,
-                         HAS_PAD, OVERLAP, False, num_warps)),
+                         stride_pn, N_Q, N_K, causal_offset, qk_scale, None, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL,
+                         HAS_PAD, OVERLAP, False, num_warps, 0, False)),
             (_producer, ((q_desc, k_desc, v_desc), bufs, bars, coords, end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), ROWS, PAD, stride_pb,
-                  stride_pn, N_Q, N_K, causal_offset, qk_scale, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD,
-                  OVERLAP, True, num_warps)
+                  stride_pn, N_Q, N_K, causal_offset, qk_scale, None, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD,
+                  OVERLAP, True, num_warps, 0, False)
+
+
+@gluon.jit
+def _pingpong_producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+                       NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr):
+    """Worker partition of the ping-pong schedule: each consumer's Q tile (rows start_m and
+    start_m + rows of one tile) into its own buffer, then the shared K / V ring."""
+    q_desc, k_desc, v_desc = descs
+    q_bufs, k_bufs, v_bufs = bufs
+    q_bars, k_ready, v_ready, k_empty, v_empty = bars
+    b, h, bh, start_m = coords
+    QROWS: gl.constexpr = q_desc.block_type.shape[2]
+    for c in gl.static_range(2):
+        mbarrier.expect(q_bars.index(c), NBYTES_Q)
+        _tma_load(q_desc, [b, h, start_m + c * QROWS, 0], q_bars.index(c), q_bufs.index(c))
+    _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, STAGES, BLOCK_N,
+                NBYTES_KV)
+
+
+@gluon.jit
+def hopper_attention_fwd_pingpong_kernel(
+    q_desc, k_desc, v_desc, o_desc, ROWS, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
+    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """The ping-pong schedule (FlashAttention-3's inter-warpgroup pingpong): grid as
+    :func:`hopper_attention_fwd_kernel`, one program per 2 * ``PP_ROWS`` query rows, in three
+    partitions: consumer 0 (the default partition, ``num_warps`` = 4: one warpgroup) and consumer 1
+    (a worker warpgroup), each owning ``PP_ROWS`` = 64 rows with its own Q buffer (q / o
+    descriptors of 64-row blocks), and the one-warp TMA producer. The consumers share the K / V
+    ring (a slot is released by both: "empty" arrival count 2) and alternate at issuing their
+    wgmmas through two mbarriers (:func:`_take_turn`), so that one warpgroup's softmax runs while
+    the other's GEMMs hold the tensor cores."""
+    QROWS: gl.constexpr = q_desc.block_type.shape[2]
+    TILE_M: gl.constexpr = 2 * QROWS
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
+    NBYTES_Q: gl.constexpr = QROWS * HEAD_DIM * ELEM_BYTES
+    NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+
+    # key tiles [0, end) for all 2 * QROWS rows: both consumers run the same tiles and masks (the
+    # rows of consumer 0 see no more keys than those of consumer 1, so its extra diagonal tiles
+    # are fully masked), as the 8-warp consumer does for its 128 rows
+    b, h, pid_bh, start_m, full_hi, end = _query_tile(H, N_K, causal_offset, TILE_M, BLOCK_N, IS_CAUSAL)
+
+    q_bufs = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2):
+        mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(turns.index(c), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        # released once by each consumer
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    fence_async_shared()
+
+    descs = (q_desc, k_desc, v_desc, o_desc)
+    ring_bars = (k_ready, v_ready, k_empty, v_empty)
+    ranges = (full_hi, end)
+    gl.warp_specialize([
+        (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), (q_bars.index(0), ) + ring_bars,
+                     (b, h, pid_bh, start_m), ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset,
+                     qk_scale, turns, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0,
+                     True)),
+        (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), (q_bars.index(1), ) + ring_bars,
+                     (b, h, pid_bh, start_m + QROWS), ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K,
+                     causal_offset, qk_scale, turns, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False,
+                     num_warps, 1, True)),
+        (_pingpong_producer, ((q_desc, k_desc, v_desc), (q_bufs, k_bufs, v_bufs), (q_bars, ) + ring_bars,
+                              (b, h, pid_bh, start_m), end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV)),
+    ], [num_warps, PRODUCER_WARPS], [PP_CONSUMER_REGS, PRODUCER_REGS])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,7 +608,7 @@ def tma_descriptor(t, rows: int):
 
 
 def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
-                   warp_specialize: bool = True, overlap: bool = True):
+                   warp_specialize: bool = True, overlap: bool = True, pingpong: bool = False):
     """(out (B, H, N_q, d) in q's dtype, row statistics (B, H, 3, N_q) float32) of
     softmax(q k^T * scale) v: per query row [lse, m, log2(l)] as the portable forward stores them
     (:func:`kernels.launch_args.new_row_stats`; the lse is ``[:, :, 0]``), which the backward
@@ -460,10 +621,15 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     (the running max is taken over the unscaled scores). ``warp_specialize=False`` runs the
     single-partition pipeline instead of the producer / consumer partitions; ``overlap=False``
     waits for each wgmma at once instead of overlapping a tile's softmax with the previous tile's PV.
+    ``pingpong=True`` runs the ping-pong schedule (:func:`hopper_attention_fwd_pingpong_kernel`: two
+    consumer warpgroups in their own partitions that alternate at the tensor cores, with or without
+    ``overlap``); it is warp-specialised by construction, so it needs ``warp_specialize=True``.
     """
     import torch
     import triton
 
+    if pingpong and not warp_specialize:
+        raise ValueError("the ping-pong schedule is warp-specialised: pingpong=True needs warp_specialize=True")
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     if k.shape != v.shape or tuple(k.shape) != (B, H, n_k, d):
@@ -483,10 +649,18 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     row_stats = torch.empty((B, H, 3, n_q), dtype=torch.float32, device=q.device)
     pad, stride_pb, stride_pn = padding_args(key_padding_mask, B, n_k, row_stats)
+    grid = (triton.cdiv(n_q, BLOCK_M), B * H)
+    if pingpong:
+        hopper_attention_fwd_pingpong_kernel[grid](
+            tma_descriptor(q, PP_ROWS), tma_descriptor(k, BLOCK_N), tma_descriptor(v, BLOCK_N),
+            tma_descriptor(out, PP_ROWS),
+            row_stats, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
+            STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
+            OVERLAP=bool(overlap), num_warps=PP_WARPS, maxnreg=MAXNREG)
+        return out, row_stats
     options = {"num_warps": NUM_WARPS}
     if warp_specialize:
         options["maxnreg"] = MAXNREG
-    grid = (triton.cdiv(n_q, BLOCK_M), B * H)
     hopper_attention_fwd_kernel[grid](
         tma_descriptor(q, BLOCK_M), tma_descriptor(k, BLOCK_N), tma_descriptor(v, BLOCK_N),
         tma_descriptor(out, BLOCK_M),

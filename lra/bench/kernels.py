@@ -3,7 +3,8 @@
 Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one provenance file:
 
 1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention) and ``ours_hopper`` (the Hopper
-   Gluon kernels through kernels.hopper_autograd: on request only, ``unsupported`` off sm_90) vs the
+   Gluon kernels through kernels.hopper_autograd: on request only, ``unsupported`` off sm_90;
+   ``ours_hopper_pp`` the same with the forward's ping-pong schedule) vs the
    anchors ``sdpa_flash``,
    ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
    torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
@@ -74,25 +75,26 @@ def _sdpa(backend_name: str, causal: bool, dropout: float = 0.0):
     return forward
 
 
-def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None):
-    """The Hopper Gluon kernels (``kernels.hopper_autograd``: forward and backward); ``Unsupported``
-    off Hopper, with a Triton release they were not built for and with dropout (checked once per
-    cell, outside the timed calls: the cell's inputs are fresh contiguous tensors, which TMA
-    accepts)."""
+def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, pingpong: bool = False):
+    """The Hopper Gluon kernels (``kernels.hopper_autograd``: forward and backward; ``pingpong``:
+    the forward's ping-pong schedule); ``Unsupported`` off Hopper, with a Triton release they were
+    not built for and with dropout (checked once per cell, outside the timed calls: the cell's
+    inputs are fresh contiguous tensors, which TMA accepts)."""
     import torch
     import triton
 
     from kernels.hopper_support import supported
 
+    name = "ours_hopper_pp" if pingpong else "ours_hopper"
     if dropout > 0.0:
-        raise Unsupported("ours_hopper: no dropout")
+        raise Unsupported(f"{name}: no dropout")
     ok, why = supported(triton.__version__, torch.cuda.get_device_capability(), dtype or torch.bfloat16, head_dim)
     if not ok:
-        raise Unsupported(f"ours_hopper: {why}")
+        raise Unsupported(f"{name}: {why}")
     from kernels.hopper_autograd import hopper_flash_attention
 
     def forward(q, k, v):
-        return hopper_flash_attention(q, k, v, causal=causal)
+        return hopper_flash_attention(q, k, v, causal=causal, pingpong=pingpong)
     return forward
 
 
@@ -596,8 +598,9 @@ def run(args) -> int:
                 if impl == "ours":
                     factory = lambda: (lambda q, k, v: kernels.flash_attention(  # noqa: E731
                         q, k, v, causal=args.causal, dropout_p=args.dropout))
-                elif impl == "ours_hopper":
-                    factory = lambda d=d: _hopper(args.causal, args.dropout, d, dtype)  # noqa: E731
+                elif impl in ("ours_hopper", "ours_hopper_pp"):
+                    factory = lambda d=d, impl=impl: _hopper(args.causal, args.dropout, d, dtype,  # noqa: E731
+                                                             pingpong=impl == "ours_hopper_pp")
                 elif impl.startswith("sdpa"):
                     factory = lambda impl=impl: _sdpa(impl, args.causal, args.dropout)  # noqa: E731
                 elif impl == "flex":

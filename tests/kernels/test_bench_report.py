@@ -262,3 +262,20 @@ def test_hopper_cells_are_unsupported_with_dropout_and_off_hopper(monkeypatch):
     with pytest.raises(bench.Unsupported, match="sm_90|Triton"):
         bench._hopper(causal=False)
     assert bench._classify(bench.Unsupported("ours_hopper: no dropout"))[0] == "unsupported"
+
+
+def test_the_hopper_pingpong_forward_is_opt_in_and_unsupported_off_hopper(monkeypatch):
+    """`ours_hopper_pp` (the Hopper kernels with the forward's ping-pong schedule) runs on request
+    only; with dropout, off sm_90 or with a Triton it was not built for its cells are `unsupported`,
+    under its own name."""
+    import torch
+
+    from lra.bench import kernels as bench
+
+    assert "ours_hopper_pp" not in _parser().parse_args([]).impls
+    assert _parser().parse_args(["--impls", "ours_hopper_pp"]).impls == ["ours_hopper_pp"]
+    with pytest.raises(bench.Unsupported, match="ours_hopper_pp: no dropout"):
+        bench._hopper(causal=False, dropout=0.1, pingpong=True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    with pytest.raises(bench.Unsupported, match="ours_hopper_pp: .*(sm_90|Triton)"):
+        bench._hopper(causal=True, pingpong=True)

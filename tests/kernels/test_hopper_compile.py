@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-# head dims 64, 128 x bf16, fp16 x causal on / off x mask on / off x (warp-specialised or single-partition)
-# x (softmax overlapped with the previous PV or not)
-N_VARIANTS = 64
+# head dims 64, 128 x bf16, fp16 x causal on / off x mask on / off x (warp-specialised, single-partition
+# or ping-pong) x (softmax overlapped with the previous PV or not)
+N_VARIANTS = 96
 # the backward's dQ and dK/dV kernels x head dims 64, 128 x bf16, fp16 x causal on / off x mask on / off
 N_BWD_VARIANTS = 32
 
 
-@pytest.mark.slow  # 96 ptxas compiles, one at a time (one core, like any other test of the run): ~5 min
+@pytest.mark.slow  # 128 ptxas compiles, one at a time (one core, like any other test of the run): ~7 min
 def test_hopper_gluon_kernels_compile_for_sm90():
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     root = Path(__file__).resolve().parents[2]
@@ -35,9 +35,21 @@ def test_hopper_gluon_kernels_compile_for_sm90():
     # a tile's S and the previous tile's P at once, may spill one value outside the key loop (Triton
     # 3.6, warp-specialised, d = 128 with a mask: one 4-byte store before the loop, one load in the
     # epilogue)
+    # the ping-pong consumers (one warpgroup each, 240 registers as the 8-warp consumer) spill nothing
+    # but at d = 128 with overlap and a mask, where the worker-partition consumer holds S, P and O at
+    # once and runs short by a few registers in the key loops: one scalar (Triton 3.6, padding only;
+    # 2 stores / reloads in loops) or the masked loop's column offsets (Triton 3.9, causal with
+    # padding: 12 stores, 9 spill instructions in loops)
+    tight = ("d=128", "pingpong+overlap", "pad")
     for line in lines:
         spills = int(re.search(r"spill-stores:(\d+)", line)[1])
-        assert spills <= (1 if "+overlap" in line else 0), line
+        loop_spills = int(re.search(r"loop-spills:(\d+)", line)[1])
+        if all(word in line for word in tight):
+            assert spills <= 12 and loop_spills <= 9, line
+            continue
+        assert spills <= (1 if ("+overlap" in line and "pingpong" not in line) else 0), line
+        assert loop_spills == 0, line
+    assert sum(" pingpong" in line for line in lines) == N_VARIANTS // 3
     # the backward spills nothing inside its loops; only the dK/dV kernel at d = 128 (both 128 x 128
     # float32 accumulators resident: 128 of its 255 registers) may spill a few scalars outside them
     # (at most 8 stores: Triton 3.6 with the causal diagonal, 3.9 bf16 with a mask)

@@ -1,8 +1,8 @@
 """The Hopper Gluon forward (:mod:`kernels.hopper_attention`) against the float64 reference, on an sm_90
 GPU with a Triton release the kernel supports (elsewhere the module cannot run: skipped with the
-reason; ``test_hopper_compile.py`` compiles it offline instead). Every schedule (warp-specialised or
-single-partition, with or without the softmax / PV overlap), d = 64 and 128, ragged and unequal
-N_q / N_k, causal, key padding with a fully padded batch entry (out 0, lse -inf)."""
+reason; ``test_hopper_compile.py`` compiles it offline instead). Every schedule (warp-specialised,
+single-partition or ping-pong, with or without the softmax / PV overlap), d = 64 and 128, ragged and
+unequal N_q / N_k, causal, key padding with a fully padded batch entry (out 0, lse -inf)."""
 from __future__ import annotations
 
 import math
@@ -16,15 +16,18 @@ from kernel_reference import attention_reference, rel_err
 
 pytestmark = pytest.mark.skipif(bool(hopper_skip_reason()), reason=hopper_skip_reason() or "supported")
 
-SCHEDULES = [(False, False), (False, True), (True, False), (True, True)]  # (warp_specialize, overlap)
+# (warp_specialize, overlap, pingpong)
+SCHEDULES = [(False, False, False), (False, True, False), (True, False, False), (True, True, False),
+             (True, False, True), (True, True, True)]
 SHAPES = [(2, 3, 256, 256), (1, 2, 200, 333), (2, 2, 513, 129), (1, 1, 64, 1000)]  # (B, H, N_q, N_k)
 
 
-@pytest.mark.parametrize("warp_specialize,overlap", SCHEDULES, ids=["plain", "overlap", "ws", "ws-overlap"])
+@pytest.mark.parametrize("warp_specialize,overlap,pingpong", SCHEDULES,
+                         ids=["plain", "overlap", "ws", "ws-overlap", "pp", "pp-overlap"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("padded", [False, True], ids=["nomask", "mask"])
-def test_hopper_forward_matches_the_reference(warp_specialize, overlap, d, causal, padded):
+def test_hopper_forward_matches_the_reference(warp_specialize, overlap, pingpong, d, causal, padded):
     from kernels.hopper_attention import hopper_forward
 
     g = torch.Generator(device="cuda").manual_seed(d)
@@ -38,7 +41,7 @@ def test_hopper_forward_matches_the_reference(warp_specialize, overlap, d, causa
                 mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
                 mask[0] = True  # a batch entry with every key padded
             out, row_stats = hopper_forward(q, k, v, mask, causal, None, warp_specialize=warp_specialize,
-                                            overlap=overlap)
+                                            overlap=overlap, pingpong=pingpong)
             lse, row_max, log2_l = row_stats.double().unbind(2)
             ref, ref_lse = attention_reference(q, k, v, key_padding_mask=mask, causal=causal,
                                                softmax_scale=1 / math.sqrt(d))
@@ -53,3 +56,30 @@ def test_hopper_forward_matches_the_reference(warp_specialize, overlap, d, causa
                 # the row statistics the backward reads: lse = (m * scale * log2(e) + log2(l)) * ln(2)
                 combined = (row_max * math.log2(math.e) / math.sqrt(d) + log2_l) * math.log(2)
                 assert (combined[seen] - lse[seen]).abs().max() < 1e-3, where
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_hopper_pingpong_matches_the_warp_specialised_schedule_exactly(overlap, causal):
+    """Each ping-pong consumer runs the 8-warp consumer's instructions on its 64 rows (same tiles,
+    masks and wgmma shapes per warpgroup); only the issue order between the warpgroups differs, so
+    out and the row statistics are bit-identical."""
+    from kernels.hopper_attention import hopper_forward
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for d in (64, 128):
+        for B, H, n_q, n_k in SHAPES:
+            q, k, v = (torch.randn(B, H, n, d, device="cuda", generator=g).to(torch.bfloat16)
+                       for n in (n_q, n_k, n_k))
+            mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
+            ws = hopper_forward(q, k, v, mask, causal, None, overlap=overlap)
+            pp = hopper_forward(q, k, v, mask, causal, None, overlap=overlap, pingpong=True)
+            assert torch.equal(ws[0], pp[0]) and torch.equal(ws[1], pp[1]), f"d={d} {(B, H, n_q, n_k)}"
+
+
+def test_hopper_pingpong_needs_warp_specialisation():
+    from kernels.hopper_attention import hopper_forward
+
+    q = torch.randn(1, 1, 128, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="warp_specialize"):
+        hopper_forward(q, q, q, warp_specialize=False, pingpong=True)
