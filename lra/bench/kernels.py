@@ -4,8 +4,7 @@ Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one p
 
 1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention) and ``ours_hopper`` (the Hopper
    Gluon kernels through kernels.hopper_autograd: on request only, ``unsupported`` off sm_90;
-   ``ours_hopper_pp`` the same with the forward's ping-pong schedule) vs the
-   anchors ``sdpa_flash``,
+   ``ours_hopper_pp`` the same with the forward's ping-pong schedule) vs the anchors ``sdpa_flash``,
    ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
    torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
    (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
