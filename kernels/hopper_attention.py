@@ -44,8 +44,6 @@ strides). Compile it offline, without a GPU, with ``python -m kernels.compile_ch
 """
 from __future__ import annotations
 
-import math
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -56,17 +54,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, softmax_scale_of, tma_descriptor,
+                            tma_load, tma_store)
 from .hopper_support import supported
 
-# TMA copy builtins: Triton 3.6 names them async_copy_global_to_shared / async_copy_shared_to_global;
-# later releases renamed them async_load / async_store (the old names raise)
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-# CTA-wide (partition-wide under warp specialisation) barrier: gl.thread_barrier in 3.6, gl.barrier later
-_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
-
 LN2 = gl.constexpr(0.6931471805599453)  # ln(2): ln(x) == log2(x) * LN2
-LOG2E = 1.4426950408889634  # log2(e), for the launcher's scale
 
 BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
 BLOCK_N = 128  # keys per K/V tile
@@ -98,7 +90,7 @@ def _load_tile(desc, bufs, ready, b, h, j, slot, pred, BLOCK_N: gl.constexpr, NB
     """TMA copy of key tile ``j`` of head (b, h) into ring slot ``slot``, signalling ``ready[slot]``."""
     bar = ready.index(slot)
     mbarrier.expect(bar, NBYTES, pred=pred)
-    _tma_load(desc, [b, h, j * BLOCK_N, 0], bar, bufs.index(slot), pred=pred)
+    tma_load(desc, [b, h, j * BLOCK_N, 0], bar, bufs.index(slot), pred=pred)
 
 
 @gluon.jit
@@ -127,7 +119,7 @@ def _producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.
     q_bar, k_ready, v_ready, k_empty, v_empty = bars
     b, h, bh, start_m = coords
     mbarrier.expect(q_bar, NBYTES_Q)
-    _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+    tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
     _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, STAGES, BLOCK_N,
                 NBYTES_KV)
 
@@ -175,7 +167,7 @@ def _release_kv(ring, b, h, j, end, STAGES: gl.constexpr, NBYTES_KV: gl.constexp
     slot, phase = _slot(j, STAGES)
     if SELF_LOAD:
         # every warpgroup has waited for its own wgmmas on the slot before one thread refills it
-        _cta_barrier()
+        cta_barrier()
         nxt = j + STAGES
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
         _load_tile(k_desc, k_bufs, k_ready, b, h, nxt, slot, nxt < end, BLOCK_N, NBYTES_KV)
@@ -349,7 +341,7 @@ def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn
 
     if SELF_LOAD:
         mbarrier.expect(q_bar, NBYTES_Q)
-        _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+        tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
         for i in gl.static_range(STAGES):
             _load_tile(k_desc, k_bufs, k_ready, b, h, i, i, i < end, BLOCK_N, NBYTES_KV)
             _load_tile(v_desc, v_bufs, v_ready, b, h, i, i, i < end, BLOCK_N, NBYTES_KV)
@@ -412,31 +404,8 @@ def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn
 
     q_tile.store(out.to(o_desc.dtype))
     fence_async_shared()
-    _tma_store(o_desc, [b, h, start_m, 0], q_smem)
+    tma_store(o_desc, [b, h, start_m, 0], q_smem)
     tma.store_wait(0)
-
-
-@gluon.jit
-def _query_tile(H, N_K, causal_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """(b, h, b * H + h, first query row, full_hi, end) of this program, whose grid is (query tiles,
-    B * H): causal query tiles in reverse order (the last see the most keys, so they start first);
-    key tiles [0, full_hi) need no element mask, [full_hi, end) do, the rest are invisible."""
-    if IS_CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        pid_m = gl.program_id(0)
-    bh = gl.program_id(1)
-    start_m = pid_m * BLOCK_M
-    n_tiles = gl.cdiv(N_K, BLOCK_N)
-    n_even = N_K // BLOCK_N
-    if IS_CAUSAL:
-        # row i sees keys j <= i + causal_offset
-        full_hi = gl.minimum(gl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
-        end = gl.minimum(gl.cdiv(gl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
-    else:
-        full_hi = n_even
-        end = n_tiles
-    return bh // H, bh % H, bh, start_m, full_hi, end
 
 
 @gluon.jit
@@ -454,7 +423,7 @@ def hopper_attention_fwd_kernel(
     NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
     NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
 
-    b, h, pid_bh, start_m, full_hi, end = _query_tile(H, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    b, h, pid_bh, start_m, full_hi, end = query_tile(H, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
     k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
@@ -501,7 +470,7 @@ def _pingpong_producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLO
     QROWS: gl.constexpr = q_desc.block_type.shape[2]
     for c in gl.static_range(2):
         mbarrier.expect(q_bars.index(c), NBYTES_Q)
-        _tma_load(q_desc, [b, h, start_m + c * QROWS, 0], q_bars.index(c), q_bufs.index(c))
+        tma_load(q_desc, [b, h, start_m + c * QROWS, 0], q_bars.index(c), q_bufs.index(c))
     _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, STAGES, BLOCK_N,
                 NBYTES_KV)
 
@@ -531,7 +500,7 @@ def hopper_attention_fwd_pingpong_kernel(
     # key tiles [0, end) for all 2 * QROWS rows: both consumers run the same tiles and masks (the
     # rows of consumer 0 see no more keys than those of consumer 1, so its extra diagonal tiles
     # are fully masked), as the 8-warp consumer does for its 128 rows
-    b, h, pid_bh, start_m, full_hi, end = _query_tile(H, N_K, causal_offset, TILE_M, BLOCK_N, IS_CAUSAL)
+    b, h, pid_bh, start_m, full_hi, end = query_tile(H, N_K, causal_offset, TILE_M, BLOCK_N, IS_CAUSAL)
 
     q_bufs = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
@@ -573,40 +542,6 @@ def hopper_attention_fwd_pingpong_kernel(
 # ---------------------------------------------------------------------------------------------
 # launcher
 # ---------------------------------------------------------------------------------------------
-def softmax_scale_of(head_dim: int, softmax_scale: float | None) -> float:
-    """The scale a launcher uses (default 1 / sqrt(d)); > 0, since the running max is taken over the
-    unscaled scores."""
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    if not scale > 0.0:
-        raise ValueError(f"softmax_scale must be > 0, got {scale}")
-    return scale
-
-
-def padding_args(key_padding_mask, batch: int, n_k: int, placeholder) -> tuple:
-    """(mask tensor, batch stride, key stride) of a launch: the checked bool (B, N_k) mask, or
-    ``placeholder`` with zero strides when there is none (never read: HAS_PAD=False)."""
-    import torch
-
-    if key_padding_mask is None:
-        return placeholder, 0, 0
-    if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (batch, n_k):
-        raise ValueError(f"key_padding_mask must be bool (B, N_k) = ({batch}, {n_k}), got "
-                         f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
-    return (key_padding_mask, *key_padding_mask.stride())
-
-
-def tma_descriptor(t, rows: int):
-    """Host-side TMA descriptor over the (B, H, N, d) float16 / bfloat16 tensor ``t``, block
-    (1, 1, rows, d), in the shared-memory layout the kernels' wgmma operands use."""
-    import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    block = [1, 1, rows, t.shape[-1]]
-    gl_dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
-
 def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
                    warp_specialize: bool = True, overlap: bool = True, pingpong: bool = False):
     """(out (B, H, N_q, d) in q's dtype, row statistics (B, H, 3, N_q) float32) of

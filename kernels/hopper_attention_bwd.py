@@ -54,12 +54,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .hopper_attention import (_cta_barrier, _query_tile, _tma_load, _tma_store, padding_args, softmax_scale_of,
-                               tma_descriptor)
+from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, softmax_scale_of, tma_descriptor,
+                            tma_load, tma_store)
 from .hopper_support import supported
 from .launch_args import exact_probabilities
 
-LOG2E = 1.4426950408889634  # log2(e), for the launcher's scale
 LOG2E_C = gl.constexpr(LOG2E)
 
 NUM_WARPS = 8  # two warpgroups of 64 rows along the wgmma M dimension
@@ -105,8 +104,8 @@ def _load_pair(desc_a, desc_b, bufs_a, bufs_b, bar, b, h, row, slot, pred, NBYTE
     """TMA copies of the tiles at ``row`` of two (B, H, N, d) tensors into ring slot ``slot``,
     both signalling ``bar`` (``NBYTES``: the two tiles' bytes together)."""
     mbarrier.expect(bar, NBYTES, pred=pred)
-    _tma_load(desc_a, [b, h, row, 0], bar, bufs_a.index(slot), pred=pred)
-    _tma_load(desc_b, [b, h, row, 0], bar, bufs_b.index(slot), pred=pred)
+    tma_load(desc_a, [b, h, row, 0], bar, bufs_a.index(slot), pred=pred)
+    tma_load(desc_b, [b, h, row, 0], bar, bufs_b.index(slot), pred=pred)
 
 
 @gluon.jit
@@ -173,7 +172,7 @@ def _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, lo, hi, end,
         dq = warpgroup_mma(ds_op, k_tile, dq, is_async=True)
         dq, ds_op = warpgroup_mma_wait(0, deps=[dq, ds_op])
         # both warpgroups are done with the slot before one thread refills it
-        _cta_barrier()
+        cta_barrier()
         nxt = j + STAGES
         _load_pair(k_desc, v_desc, k_bufs, v_bufs, ready.index(slot), b, h, nxt * BLOCK_N, slot, nxt < end,
                    NBYTES_KV)
@@ -199,7 +198,7 @@ def hopper_attention_bwd_dq_kernel(
     NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
     gl.static_assert(BLOCK_M == 16 * num_warps, "one 16-row wgmma slice per warp along M")
 
-    b, h, bh, start_m, full_hi, end = _query_tile(H, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    b, h, bh, start_m, full_hi, end = query_tile(H, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
     do_smem = gl.allocate_shared_memory(do_desc.dtype, do_desc.block_type.shape, do_desc.layout)
@@ -212,8 +211,8 @@ def hopper_attention_bwd_dq_kernel(
     fence_async_shared()
 
     mbarrier.expect(q_bar, 2 * NBYTES_Q)
-    _tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
-    _tma_load(do_desc, [b, h, start_m, 0], q_bar, do_smem)
+    tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+    tma_load(do_desc, [b, h, start_m, 0], q_bar, do_smem)
     for i in gl.static_range(STAGES):
         _load_pair(k_desc, v_desc, k_bufs, v_bufs, ready.index(i), b, h, i * BLOCK_N, i, i < end, 2 * NBYTES_KV)
 
@@ -247,10 +246,10 @@ def hopper_attention_bwd_dq_kernel(
 
     # dQ out through the Q buffer (every wgmma reading it has completed in every warpgroup)
     dq = dq * sm_scale
-    _cta_barrier()
+    cta_barrier()
     q_tile.store(dq.to(dq_desc.dtype))
     fence_async_shared()
-    _tma_store(dq_desc, [b, h, start_m, 0], q_smem)
+    tma_store(dq_desc, [b, h, start_m, 0], q_smem)
     tma.store_wait(0)
 
 
@@ -297,7 +296,7 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
         dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
         dk, dst_op = warpgroup_mma_wait(0, deps=[dk, dst_op])
         # both warpgroups are done with the slot before one thread refills it
-        _cta_barrier()
+        cta_barrier()
         nxt = j + STAGES
         _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(slot), b, h, (first + nxt) * BLOCK_M, slot,
                    nxt < count, NBYTES_QDO)
@@ -349,8 +348,8 @@ def hopper_attention_bwd_dkdv_kernel(
     fence_async_shared()
 
     mbarrier.expect(kv_bar, 2 * NBYTES_K)
-    _tma_load(k_desc, [b, h, start_n, 0], kv_bar, k_smem)
-    _tma_load(v_desc, [b, h, start_n, 0], kv_bar, v_smem)
+    tma_load(k_desc, [b, h, start_n, 0], kv_bar, k_smem)
+    tma_load(v_desc, [b, h, start_n, 0], kv_bar, v_smem)
     for i in gl.static_range(STAGES):
         _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(i), b, h, (first + i) * BLOCK_M, i, i < count,
                    2 * NBYTES_Q)
@@ -386,12 +385,12 @@ def hopper_attention_bwd_dkdv_kernel(
         dk = gl.where(key_ok[:, None], dk, 0.0)
         dv = gl.where(key_ok[:, None], dv, 0.0)
     # dK and dV out through the K and V buffers (every wgmma reading them has completed)
-    _cta_barrier()
+    cta_barrier()
     k_tile.store(dk.to(dk_desc.dtype))
     v_tile.store(dv.to(dv_desc.dtype))
     fence_async_shared()
-    _tma_store(dk_desc, [b, h, start_n, 0], k_smem)
-    _tma_store(dv_desc, [b, h, start_n, 0], v_smem)
+    tma_store(dk_desc, [b, h, start_n, 0], k_smem)
+    tma_store(dv_desc, [b, h, start_n, 0], v_smem)
     tma.store_wait(0)
 
 

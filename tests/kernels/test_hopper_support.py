@@ -56,7 +56,7 @@ def test_launch_argument_checks_name_the_problem():
     """The Hopper launchers' shared argument checks (run on any machine with a Triton that has Gluon)."""
     import torch
 
-    hopper = pytest.importorskip("kernels.hopper_attention", reason="this Triton has no Gluon")
+    hopper = pytest.importorskip("kernels.hopper_common", reason="this Triton has no Gluon")
     assert hopper.softmax_scale_of(64, None) == pytest.approx(0.125) and hopper.softmax_scale_of(64, 0.5) == 0.5
     with pytest.raises(ValueError, match="softmax_scale must be > 0"):
         hopper.softmax_scale_of(64, 0.0)

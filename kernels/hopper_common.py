@@ -1,0 +1,77 @@
+"""What the Hopper Gluon forward (:mod:`kernels.hopper_attention`) and backward
+(:mod:`kernels.hopper_attention_bwd`) share: the Gluon names that differ between Triton releases, the
+query tile a program works on, and the launchers' argument helpers (softmax scale, key padding, host
+TMA descriptors)."""
+from __future__ import annotations
+
+import math
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import tma
+
+LOG2E = 1.4426950408889634  # log2(e): the launchers pass scale * log2(e) for exp2
+
+# TMA copy builtins: Triton 3.6 names them async_copy_global_to_shared / async_copy_shared_to_global;
+# later releases renamed them async_load / async_store (the old names raise)
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+# CTA-wide (partition-wide under warp specialisation) barrier: gl.thread_barrier in 3.6, gl.barrier later
+cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+
+@gluon.jit
+def query_tile(H, N_K, causal_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """(b, h, b * H + h, first query row, full_hi, end) of this program, whose grid is (query tiles,
+    B * H): causal query tiles in reverse order (the last see the most keys, so they start first);
+    key tiles [0, full_hi) need no element mask, [full_hi, end) do, the rest are invisible."""
+    if IS_CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    start_m = pid_m * BLOCK_M
+    n_tiles = gl.cdiv(N_K, BLOCK_N)
+    n_even = N_K // BLOCK_N
+    if IS_CAUSAL:
+        # row i sees keys j <= i + causal_offset
+        full_hi = gl.minimum(gl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N, n_even)
+        end = gl.minimum(gl.cdiv(gl.maximum(start_m + BLOCK_M + causal_offset, 0), BLOCK_N), n_tiles)
+    else:
+        full_hi = n_even
+        end = n_tiles
+    return bh // H, bh % H, bh, start_m, full_hi, end
+
+
+def softmax_scale_of(head_dim: int, softmax_scale: float | None) -> float:
+    """The scale a launcher uses (default 1 / sqrt(d)); > 0, since the running max is taken over the
+    unscaled scores."""
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    if not scale > 0.0:
+        raise ValueError(f"softmax_scale must be > 0, got {scale}")
+    return scale
+
+
+def padding_args(key_padding_mask, batch: int, n_k: int, placeholder) -> tuple:
+    """(mask tensor, batch stride, key stride) of a launch: the checked bool (B, N_k) mask, or
+    ``placeholder`` with zero strides when there is none (never read: HAS_PAD=False)."""
+    import torch
+
+    if key_padding_mask is None:
+        return placeholder, 0, 0
+    if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (batch, n_k):
+        raise ValueError(f"key_padding_mask must be bool (B, N_k) = ({batch}, {n_k}), got "
+                         f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+    return (key_padding_mask, *key_padding_mask.stride())
+
+
+def tma_descriptor(t, rows: int):
+    """Host-side TMA descriptor over the (B, H, N, d) float16 / bfloat16 tensor ``t``, block
+    (1, 1, rows, d), in the shared-memory layout the kernels' wgmma operands use."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = [1, 1, rows, t.shape[-1]]
+    gl_dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
