@@ -4,9 +4,9 @@
 #
 #   scripts/lra_table.sh OUT [MINUTES]
 #
-# Data in $DATA (default OUT/data; generated once, reused), runs in OUT/runs, tables in
-# OUT/table.{md,tex} and OUT/table-{accuracy,efficiency}.csv, figures in OUT/plots. RUNS_PER_GPU
-# runs share each GPU (default 7). With MINUTES every run stops resumably at the deadline; running
+# Data in $DATA (default OUT/data; generated once, reused), runs in OUT/runs, solo speed benchmarks
+# in OUT/speed (once the runs are done), tables in OUT/table.{md,tex} and
+# OUT/table-{accuracy,efficiency}.csv, figures in OUT/plots. RUNS_PER_GPU runs share each GPU (default 7). With MINUTES every run stops resumably at the deadline; running
 # the same command again skips completed runs and resumes the others from their last checkpoint.
 # A part of the grid: TASKS, ATTENTIONS, SEEDS (space-separated lists; default the whole table).
 # COMPILE_MODE=reduce-overhead trains under CUDA graphs (a speed setting; the run ids stay the same).
@@ -35,11 +35,23 @@ sweep_rc=0
 ${LRA:-lra} sweep --preset paper --tasks "${TASKS[@]}" --attentions "${ATTENTIONS[@]}" --seeds "${SEEDS[@]}" \
   --runs-per-gpu "$RUNS_PER_GPU" "${mode[@]}" "${budget[@]}" --runs-dir "$RUNS" --data-dir "$DATA" || sweep_rc=$?
 
+# speed column: each attention alone on the GPU at its task's training batch (the runs share the GPU,
+# so their own step times stay out of the speed figures); batch x length of the paper presets
+declare -A TOKENS=([listops]=64000 [pathfinder32]=262144) LENGTH=([listops]=2000 [pathfinder32]=1024)
+speed=()
+for task in "${TASKS[@]}"; do
+  [[ -n "${TOKENS[$task]:-}" ]] || continue
+  budget_spent || ${LRA:-lra} bench models --tokens-per-batch "${TOKENS[$task]}" --seq-lens "${LENGTH[$task]}" \
+    --modes compiled --steps 30 --warmup 10 --attentions "${ATTENTIONS[@]}" --resume \
+    --out "$OUT/speed/bench_$task.csv"
+  [[ -f "$OUT/speed/bench_$task.csv" ]] && speed+=(--speed "$OUT/speed/bench_$task.csv")
+done
+
 # tables and figures of what has completed (a partial table says n = completed seeds per cell)
-${LRA:-lra} table --runs-dir "$RUNS" --out "$OUT/table.md"
-${LRA:-lra} table --runs-dir "$RUNS" --format csv --out "$OUT/table.csv"
-${LRA:-lra} table --runs-dir "$RUNS" --format latex --out "$OUT/table.tex"
-${LRA:-lra} plot --runs-dir "$RUNS" --out "$OUT/plots"
+${LRA:-lra} table --runs-dir "$RUNS" "${speed[@]}" --out "$OUT/table.md"
+${LRA:-lra} table --runs-dir "$RUNS" "${speed[@]}" --format csv --out "$OUT/table.csv"
+${LRA:-lra} table --runs-dir "$RUNS" "${speed[@]}" --format latex --out "$OUT/table.tex"
+${LRA:-lra} plot --runs-dir "$RUNS" "${speed[@]}" --out "$OUT/plots"
 budget_spent && budget_stop
 # a failed or out-of-memory run is in its record and the tables; the sweep retries it when rerun
 (( sweep_rc == 0 )) || exit "$sweep_rc"
