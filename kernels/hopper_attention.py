@@ -409,6 +409,25 @@ def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn
 
 
 @gluon.jit
+def _kv_ring(k_desc, v_desc, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """The K / V ring in shared memory: ``STAGES`` slots of K and of V and their mbarriers, "ready"
+    (TMA bytes landed, one arrival) and "empty" (released once by each of ``CONSUMERS`` consumer
+    partitions), initialised."""
+    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
+    return k_bufs, v_bufs, (k_ready, v_ready, k_empty, v_empty)
+
+
+@gluon.jit
 def hopper_attention_fwd_kernel(
     q_desc, k_desc, v_desc, o_desc, ROWS, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
@@ -426,24 +445,14 @@ def hopper_attention_fwd_kernel(
     b, h, pid_bh, start_m, full_hi, end = query_tile(H, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
-    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
-    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    k_bufs, v_bufs, ring_bars = _kv_ring(k_desc, v_desc, STAGES, 1)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=1)
-        mbarrier.init(v_empty.index(i), count=1)
     # the barriers' initialisation visible to the TMA unit (async proxy) before any copy uses them
     fence_async_shared()
 
     bufs = (q_smem, k_bufs, v_bufs)
-    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+    bars = (q_bar, ) + ring_bars
     coords = (b, h, pid_bh, start_m)
     if WARP_SPECIALIZE:
         gl.warp_specialize([
@@ -503,27 +512,15 @@ def hopper_attention_fwd_pingpong_kernel(
     b, h, pid_bh, start_m, full_hi, end = query_tile(H, N_K, causal_offset, TILE_M, BLOCK_N, IS_CAUSAL)
 
     q_bufs = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
-    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
-    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    k_bufs, v_bufs, ring_bars = _kv_ring(k_desc, v_desc, STAGES, 2)  # a slot is released by both consumers
     q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(2):
         mbarrier.init(q_bars.index(c), count=1)
         mbarrier.init(turns.index(c), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        # released once by each consumer
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
     fence_async_shared()
 
     descs = (q_desc, k_desc, v_desc, o_desc)
-    ring_bars = (k_ready, v_ready, k_empty, v_empty)
     ranges = (full_hi, end)
     gl.warp_specialize([
         (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), (q_bars.index(0), ) + ring_bars,
