@@ -10,16 +10,17 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from .hopper_support import TMA_ALIGN
+from .hopper_support import supported
 
 
 def _tma_ready(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or a contiguous copy when TMA cannot read it (last dim strided, strides or base not
-    16-byte aligned): an incoming gradient may be any view."""
-    size = t.element_size()
-    if t.stride(-1) == 1 and t.data_ptr() % TMA_ALIGN == 0 and all(s * size % TMA_ALIGN == 0 for s in t.stride()[:-1]):
-        return t
-    return t.contiguous()
+    """``t``, or a contiguous copy when TMA cannot read it (:func:`kernels.hopper_support.supported`'s
+    stride and alignment rules): an incoming gradient may be any view."""
+    import triton
+
+    ok, _ = supported(triton.__version__, None, t.dtype, t.shape[-1], strides=(t.stride(),),
+                      data_ptrs=(t.data_ptr(),), names=("grad_out",))
+    return t if ok else t.contiguous()
 
 
 class HopperFlashFunction(torch.autograd.Function):

@@ -67,3 +67,15 @@ def test_launch_argument_checks_name_the_problem():
     for bad in (torch.zeros(2, 5), torch.zeros(2, 4, dtype=torch.bool)):
         with pytest.raises(ValueError, match=r"key_padding_mask must be bool \(B, N_k\) = \(2, 5\)"):
             hopper.padding_args(bad, 2, 5, placeholder)
+
+
+def test_an_incoming_gradient_tma_cannot_read_is_copied_first():
+    """The Hopper autograd call passes dO through as it is when TMA can read it, else a contiguous copy."""
+    import torch
+
+    from kernels.hopper_autograd import _tma_ready
+
+    grad = torch.randn(2, 3, 64, 128, dtype=torch.bfloat16)
+    assert _tma_ready(grad) is grad
+    transposed = torch.randn(2, 3, 128, 64, dtype=torch.bfloat16).transpose(-1, -2)  # last dim strided
+    assert _tma_ready(transposed).is_contiguous() and torch.equal(_tma_ready(transposed), transposed)
