@@ -126,7 +126,8 @@ def _speedup_rows(cells: pd.DataFrame, baseline: str) -> list[dict]:
 
 # --------------------------------------------------------------------------------------------- display
 def _row_labels(summary: pd.DataFrame) -> pd.Series:
-    """'FlashAttention', plus the variant / preset / data only where the data has more than one."""
+    """'FlashAttention', plus the variant / preset / data only where the summary has more than one
+    (data: more than one data set within a task of that attention)."""
     many_presets = summary["preset"].nunique() > 1
     labels = []
     for _, row in summary.iterrows():
@@ -136,8 +137,9 @@ def _row_labels(summary: pd.DataFrame) -> pd.Series:
             extras.append(row["variant"])
         if many_presets:
             extras.append(f"preset {row['preset'] or '?'}")
-        data_ids = same.loc[~same["task"].isin(["avg", "speedup"]), "data_id"]
-        if data_ids.nunique() > 1 and row["data_id"]:
+        # each task reads its own data: the data id tells rows apart only where one task ran on two
+        data_per_task = same[~same["task"].isin(["avg", "speedup"])].groupby("task")["data_id"].nunique()
+        if (data_per_task > 1).any() and row["data_id"]:
             extras.append(f"data {row['data_id']}")
         labels.append(f"{row['label']} ({'; '.join(extras)})" if extras else row["label"])
     return pd.Series(labels, index=summary.index)

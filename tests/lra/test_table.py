@@ -364,3 +364,26 @@ def test_papers_numbers_only_beside_runs_in_the_papers_setting(tmp_path, publish
     flash = section.table[section.table["Attention"] == "FlashAttention"].iloc[0]
     assert (flash["Metric"], flash["32"]) == ("status", "interpreter")
     assert section.subtitle.startswith("Runs: preset smoke")
+
+
+def test_accuracy_rows_join_an_attentions_tasks_and_split_only_a_task_on_two_data_sets(tmp_path, published):
+    """Every task reads its own data set, so one attention's tasks share its row; a task run on two data
+    sets splits the attention's rows by data id (runs on different data are never pooled)."""
+    from lra.records import load_records
+
+    record(tmp_path, "listops", "flash", 0, acc=0.37, seq_len=2000, data={"source": "generated", "id": "a" * 12})
+    record(tmp_path, "pathfinder32", "flash", 0, acc=0.75, data={"source": "generated", "id": "b" * 12})
+    records = load_records(tmp_path)
+    section = table.accuracy_sections(table.accuracy_summary(records, published), published, records)[0]
+    ours = section.table[section.table["Numbers"] == "ours"].set_index("Attention")
+    assert list(ours.index) == ["FlashAttention"]
+    assert ours.loc["FlashAttention", "ListOps"].startswith("37.0")
+    assert ours.loc["FlashAttention", "Pathfinder"].startswith("75.0")
+
+    record(tmp_path, "listops", "flash", 0, acc=0.30, seq_len=2000, data={"source": "official", "id": "c" * 12},
+           run_id="official-s0")
+    records = load_records(tmp_path)
+    section = table.accuracy_sections(table.accuracy_summary(records, published), published, records)[0]
+    ours = section.table[section.table["Numbers"] == "ours"].set_index("Attention")
+    assert ours.loc[f"FlashAttention (data {'a' * 12})", "ListOps"].startswith("37.0")
+    assert ours.loc[f"FlashAttention (data {'c' * 12})", "ListOps"].startswith("30.0")
