@@ -1,5 +1,6 @@
 """Whether a call can take the Hopper Gluon kernels (forward :mod:`kernels.hopper_attention`, backward
-:mod:`kernels.hopper_attention_bwd`).
+:mod:`kernels.hopper_attention_bwd`), and whether an eager dense forward does
+(:func:`takes_hopper_forward`).
 
 Importable with any Triton (it imports neither Gluon nor torch), so that a caller or the offline
 compile check can ask before importing the kernel module, whose Gluon API differs between Triton
@@ -7,6 +8,7 @@ releases. Each check returns ``(True, "")`` or ``(False, reason)``; the caller d
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Sequence
 
@@ -16,8 +18,11 @@ HEAD_DIMS = (64, 128)
 DTYPES = ("float16", "bfloat16")
 _ELEM_BYTES = 2  # float16 / bfloat16
 TMA_ALIGN = 16  # bytes: TMA's base address and every stride but the innermost
+# head dim -> least N_k at which the ping-pong forward beats the portable one: results/kernels/hopper_pp_h200.md
+PINGPONG_MIN_KEYS = {128: 1, 64: 2048}
 
 
+@functools.lru_cache(maxsize=16)  # called on every eager forward on CUDA (takes_hopper_forward)
 def triton_version_ok(version: str) -> tuple[bool, str]:
     """Is ``version`` (e.g. ``triton.__version__``) a release the kernel was compiled against?"""
     match = re.match(r"(\d+)\.(\d+)", version)
@@ -69,3 +74,29 @@ def supported(triton_version: str, capability: tuple[int, int] | None, dtype, he
         if ptr % TMA_ALIGN:
             return False, f"{which}: TMA needs a 16-byte aligned base address"
     return True, ""
+
+
+def takes_hopper_forward(triton_version: str, capability: tuple[int, int] | None, dtype, head_dim: int, n_k: int,
+                         dropout_p: float, sparse: bool, strides: Iterable[Sequence[int]],
+                         data_ptrs: Iterable[int], enabled: bool = True) -> bool:
+    """Does an eager attention forward run the Hopper ping-pong kernel rather than the portable one?
+
+    Yes when the switch is on (``enabled``: :func:`kernels.use_hopper_forward`), the call is dense
+    (not ``sparse``) without dropout, the kernel is faster at this head dim and key count
+    (:data:`PINGPONG_MIN_KEYS`: d = 128 at any N_k, d = 64 from N_k = 2048) and :func:`supported`
+    accepts it. ``capability``: the CUDA device's compute capability, ``None`` for a tensor that is
+    not on CUDA. ``strides`` and ``data_ptrs``: of q, k, v and the output (may be lazy iterables,
+    read only when the cheaper conditions hold). A tensor with a zero (broadcast) stride stays on
+    the portable kernel: TMA descriptors are not verified with such strides.
+    """
+    if not enabled or capability is None or sparse or dropout_p != 0.0:
+        return False
+    if n_k < PINGPONG_MIN_KEYS.get(head_dim, n_k + 1):
+        return False
+    strides = [tuple(s) for s in strides]
+    if any(0 in s for s in strides):
+        return False
+    return supported(triton_version, capability, dtype, head_dim, strides, data_ptrs, _FORWARD_NAMES)[0]
+
+
+_FORWARD_NAMES = ("q", "k", "v", "out")

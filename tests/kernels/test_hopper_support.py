@@ -1,9 +1,10 @@
-"""kernels.hopper_support: which calls may take the Hopper Gluon forward (pure Python, no GPU)."""
+"""kernels.hopper_support: which calls may take the Hopper Gluon kernels, and which eager forwards do (pure
+Python, no GPU)."""
 from __future__ import annotations
 
 import pytest
 
-from kernels.hopper_support import supported, triton_version_ok
+from kernels.hopper_support import supported, takes_hopper_forward, triton_version_ok
 
 CONTIGUOUS = (4 * 256 * 64, 256 * 64, 64, 1)  # (B, H, N, d) = (*, 4, 256, 64)
 OK_ARGS = dict(strides=(CONTIGUOUS,) * 3, data_ptrs=(0, 4096, 8192))
@@ -79,3 +80,63 @@ def test_an_incoming_gradient_tma_cannot_read_is_copied_first():
     assert _tma_ready(grad) is grad
     transposed = torch.randn(2, 3, 128, 64, dtype=torch.bfloat16).transpose(-1, -2)  # last dim strided
     assert _tma_ready(transposed).is_contiguous() and torch.equal(_tma_ready(transposed), transposed)
+
+
+# an eager dense forward the Hopper ping-pong kernel takes: q, k, v and out contiguous (B, H, N, d) = (2, 4, 4096, 64)
+TAKES = dict(triton_version="3.9.0", capability=(9, 0), dtype="bfloat16", head_dim=64, n_k=4096, dropout_p=0.0,
+             sparse=False, strides=((4 * 4096 * 64, 4096 * 64, 64, 1),) * 4, data_ptrs=(0, 1 << 20, 2 << 20, 3 << 20))
+
+
+def test_eager_dense_forward_takes_the_hopper_kernel():
+    assert takes_hopper_forward(**TAKES)
+    assert takes_hopper_forward(**dict(TAKES, triton_version="3.6.0", dtype="torch.float16"))
+    # q, k, v views of a fused (B, N, 3, H, d) projection, out a (B, H, N, d) view of a (B, N, H, d) tensor
+    qkv_view, out_view = (4096 * 3 * 4 * 64, 64, 3 * 4 * 64, 1), (4096 * 4 * 64, 64, 4 * 64, 1)
+    assert takes_hopper_forward(**dict(TAKES, strides=(qkv_view,) * 3 + (out_view,)))
+
+
+@pytest.mark.parametrize("head_dim, n_k, takes", [
+    (128, 1, True), (128, 333, True), (128, 16384, True),
+    (64, 2047, False), (64, 2048, True), (64, 16384, True), (64, 1024, False),
+    (32, 4096, False), (96, 4096, False), (16, 16384, False),
+])
+def test_hopper_forward_speed_rule(head_dim, n_k, takes):
+    """d = 128 at any N_k, d = 64 from N_k = 2048 (results/kernels/hopper_pp_h200.md); no other head dim."""
+    d = head_dim
+    strides = ((4 * n_k * d, n_k * d, d, 1),) * 4
+    assert takes_hopper_forward(**dict(TAKES, head_dim=d, n_k=n_k, strides=strides)) is takes
+
+
+@pytest.mark.parametrize("changes", [
+    dict(enabled=False),  # kernels.use_hopper_forward(False)
+    dict(capability=None),  # not a CUDA tensor
+    dict(capability=(8, 0)),
+    dict(capability=(10, 0)),
+    dict(triton_version="3.7.0"),
+    dict(triton_version="3.5.1"),
+    dict(dtype="float32"),
+    dict(dtype="torch.float32"),
+    dict(dropout_p=0.1),
+    dict(sparse=True),
+    dict(strides=TAKES["strides"][:3] + ((4096 * 64, 64, 1, 4096),)),  # out's last dim not contiguous
+    dict(strides=((4 * 4096 * 68, 4096 * 68, 68, 1),) + TAKES["strides"][1:]),  # q's rows 136 bytes apart
+    dict(strides=TAKES["strides"][:3] + ((4 * 4096 * 64, 4096 * 64 + 4, 64, 1),)),  # out's head stride
+    dict(strides=TAKES["strides"][:1] + ((0, 4096 * 64, 64, 1),) * 2 + TAKES["strides"][3:]),  # expanded k, v
+    dict(data_ptrs=(0, 1 << 20, (2 << 20) + 2, 3 << 20)),  # v not 16-byte aligned
+    dict(data_ptrs=(0, 1 << 20, 2 << 20, (3 << 20) + 8)),  # out not 16-byte aligned
+])
+def test_hopper_forward_needs_every_condition(changes):
+    assert not takes_hopper_forward(**dict(TAKES, **changes))
+
+
+def _never_read():
+    raise AssertionError("strides read although a cheaper condition already said no")
+    yield
+
+
+@pytest.mark.parametrize("changes", [dict(enabled=False), dict(capability=None), dict(dropout_p=0.1),
+                                     dict(sparse=True), dict(n_k=1024), dict(head_dim=32)])
+def test_hopper_forward_decision_reads_strides_last(changes):
+    """The strides and pointers (lazy on the eager path) are read only when the rest says yes."""
+    args = dict(TAKES, strides=_never_read(), data_ptrs=_never_read(), **changes)
+    assert not takes_hopper_forward(**args)
