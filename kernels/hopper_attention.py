@@ -540,7 +540,7 @@ def hopper_attention_fwd_pingpong_kernel(
 # launcher
 # ---------------------------------------------------------------------------------------------
 def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
-                   warp_specialize: bool = True, overlap: bool = True, pingpong: bool = False):
+                   warp_specialize: bool = True, overlap: bool = True, pingpong: bool = False, out=None):
     """(out (B, H, N_q, d) in q's dtype, row statistics (B, H, 3, N_q) float32) of
     softmax(q k^T * scale) v: per query row [lse, m, log2(l)] as the portable forward stores them
     (:func:`kernels.launch_args.new_row_stats`; the lse is ``[:, :, 0]``), which the backward
@@ -556,6 +556,8 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     ``pingpong=True`` runs the ping-pong schedule (:func:`hopper_attention_fwd_pingpong_kernel`: two
     consumer warpgroups in their own partitions that alternate at the tensor cores, with or without
     ``overlap``); it is warp-specialised by construction, so it needs ``warp_specialize=True``.
+    ``out``: the (B, H, N_q, d) tensor to write O into (q's dtype and device, any strides TMA
+    accepts, e.g. :func:`kernels.launch_args.new_output`'s layout); default a new contiguous one.
     """
     import torch
     import triton
@@ -572,13 +574,19 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     if min(B, H, n_q, n_k) < 1 or B * H > 65535:
         raise ValueError(f"need B, H, N_q, N_k >= 1 and B * H <= 65535 (grid axis 1), got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}")
+    if out is None:
+        out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise ValueError(f"out must be {q.dtype} {tuple(q.shape)} on {q.device} like q, got {out.dtype} "
+                         f"{tuple(out.shape)} on {out.device}")
     capability = torch.cuda.get_device_capability(q.device) if q.is_cuda else (0, 0)
-    ok, why = supported(triton.__version__, capability, q.dtype, d, strides=(q.stride(), k.stride(), v.stride()),
-                        data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr()))
+    ok, why = supported(triton.__version__, capability, q.dtype, d,
+                        strides=(q.stride(), k.stride(), v.stride(), out.stride()),
+                        data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()),
+                        names=("q", "k", "v", "out"))
     if not ok:
         raise ValueError(why)
     scale = softmax_scale_of(d, softmax_scale)
-    out = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     row_stats = torch.empty((B, H, 3, n_q), dtype=torch.float32, device=q.device)
     pad, stride_pb, stride_pn = padding_args(key_padding_mask, B, n_k, row_stats)
     grid = (triton.cdiv(n_q, BLOCK_M), B * H)

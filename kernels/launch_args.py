@@ -184,16 +184,19 @@ _backward_launch_cached = functools.lru_cache(maxsize=256)(_backward_launch)
 
 def forward(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
             seed: Optional[Tensor], fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor], causal: bool,
-            dropout_p: float, softmax_scale: float, tiles: list[int]) -> tuple[Tensor, Tensor]:
+            dropout_p: float, softmax_scale: float, tiles: list[int],
+            out: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """The forward launch: (out (B, H, N_q, d) in q's dtype, laid out like q, the row statistics
-    (B, H, 3, N_q) float32 of :func:`new_row_stats`)."""
+    (B, H, 3, N_q) float32 of :func:`new_row_stats`). ``out``: a :func:`new_output` of q to write
+    into (the eager dispatch allocates it before choosing the kernel); default a new one."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     has_pad = key_padding_mask is not None
     sparse = fwd_indices is not None
     grid, scalars, flags = (_forward_launch if launch is traced else _forward_launch_cached)(
         tuple(tiles), q.dtype, q.is_cuda, B, H, n_q, n_k, d, causal, has_pad, dropout_p, sparse, softmax_scale)
-    out = new_output(q)
+    if out is None:
+        out = new_output(q)
     row_stats = new_row_stats(q)
     launch(kern.flash_fwd_kernel)[grid](
         # unused tensor arguments get q as a placeholder; the mask (bool) is read as 8-bit

@@ -140,3 +140,18 @@ def test_hopper_forward_decision_reads_strides_last(changes):
     """The strides and pointers (lazy on the eager path) are read only when the rest says yes."""
     args = dict(TAKES, strides=_never_read(), data_ptrs=_never_read(), **changes)
     assert not takes_hopper_forward(**args)
+
+
+def test_hopper_forward_checks_the_output_it_is_given():
+    """hopper_forward's ``out`` must be like q (shape, dtype, device) and TMA-writable; checked before any launch."""
+    import torch
+
+    hopper = pytest.importorskip("kernels.hopper_attention", reason="this Triton has no Gluon")
+    q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
+    for bad in (torch.empty(1, 2, 16, 64), torch.empty(1, 2, 17, 64, dtype=torch.bfloat16)):
+        with pytest.raises(ValueError, match="out must be torch.bfloat16 \\(1, 2, 16, 64\\)"):
+            hopper.hopper_forward(q, q, q, out=bad)
+    # a well-formed out gets as far as the device check (no sm_90 device here)
+    good = torch.empty(1, 16, 2, 64, dtype=torch.bfloat16).transpose(1, 2)
+    with pytest.raises(ValueError, match="sm_90"):
+        hopper.hopper_forward(q, q, q, out=good)
