@@ -5,14 +5,16 @@ In eager mode the public functions call the launches through :class:`FlashFuncti
 packed QKV input, :class:`PackedFlashFunction`) rather than through the registered ops
 (:mod:`kernels.ops`): a ``torch.library`` op costs tenths of a millisecond of Python per forward +
 backward (dispatcher, default filling, the dynamo guard around its autograd), which an eager,
-launch-bound model step pays per layer. Both forms run the same launches (:mod:`kernels.launch_args`).
+launch-bound model step pays per layer. Both forms run the same launches (:mod:`kernels.launch_args`),
+except that the eager forward runs the Hopper ping-pong kernel where :mod:`kernels.hopper_dispatch`
+says so.
 """
 from __future__ import annotations
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import launch_args
+from . import hopper_dispatch, launch_args
 from .validation import check_packed_qkv
 
 Tensor = torch.Tensor
@@ -54,8 +56,8 @@ class FlashFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale, tiles):
         with launch_args.device_guard(q):
-            out, row_stats = launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, seed, lists[0], lists[1],
-                                           causal, dropout_p, softmax_scale, tiles)
+            out, row_stats = hopper_dispatch.forward(q, k, v, key_padding_mask, seed, lists[0], lists[1], causal,
+                                                     dropout_p, softmax_scale, tiles)
         ctx.save_for_backward(q, k, v, out, row_stats, key_padding_mask, seed)
         ctx.lists = lists[2:]  # the backward's index lists (dK/dV, dQ)
         ctx.args = (causal, dropout_p, softmax_scale, tiles)
@@ -102,8 +104,8 @@ class PackedFlashFunction(torch.autograd.Function):
     def forward(ctx, qkv, views, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale, tiles):
         q, k, v = views
         with launch_args.device_guard(q):
-            out, row_stats = launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, seed, *lists[:2], causal,
-                                           dropout_p, softmax_scale, tiles)
+            out, row_stats = hopper_dispatch.forward(q, k, v, key_padding_mask, seed, *lists[:2], causal, dropout_p,
+                                                     softmax_scale, tiles)
         ctx.save_for_backward(q, k, v, out, row_stats, key_padding_mask, seed)
         ctx.lists = lists[2:]  # the backward's index lists (dK/dV, dQ); not differentiable, never modified
         ctx.args = (causal, dropout_p, softmax_scale, tiles)

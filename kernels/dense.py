@@ -42,6 +42,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_pa
     (heads inside tokens) it is a view of a contiguous (B, N_q, H, d) tensor, as with SDPA's cuDNN
     back-end, so merging the heads afterwards costs no copy.
     A query row whose keys are all masked returns 0 and passes zero gradient (never NaN).
+    On an sm_90 GPU with a Triton release the Hopper kernels support, the eager forward of a 16-bit
+    call without dropout runs the Hopper ping-pong kernel (:mod:`kernels.hopper_attention`) for
+    d = 128, and for d = 64 at N_k >= 2048, where it is faster; :func:`kernels.use_hopper_forward`
+    turns this off.
     Gradients flow to q, k and v; the backward recomputes the probabilities from the saved
     log-sum-exp. Without dropout it is deterministic and uses no atomics; with dropout it runs in
     one pass, its dQ summed with atomics and so varying in its last bits (faster: the mask is

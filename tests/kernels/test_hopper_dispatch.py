@@ -1,0 +1,152 @@
+"""The eager forward's dispatch to the Hopper ping-pong kernel (:mod:`kernels.hopper_dispatch`).
+
+On any device: the wiring, with the device facts faked (an sm_90 device, a supported Triton) and a
+spy in place of the Hopper launcher that runs the portable forward into the output it is given:
+which public calls take the Hopper forward, with which arguments and output layout, that the
+portable backward gives the reference gradients from its row statistics, that the switch and the
+compiled path keep the portable forward.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+from kernel_helpers import DEVICE, TOL, check_against_reference
+from kernel_reference import attention_reference, rel_err
+
+import kernels
+from kernels import (BlockSparseLayout, block_sparse_flash_attention, flash_attention, flash_attention_qkvpacked,
+                     hopper_dispatch, hopper_support, launch_args, use_hopper_forward)
+from kernels.autograd import unpack_qkv
+from kernels.tiles import select
+
+
+@pytest.fixture(autouse=True)
+def switch_restored():
+    """Every test leaves the Hopper forward switch as it found it."""
+    before = hopper_dispatch.hopper_forward_enabled()
+    yield
+    use_hopper_forward(before)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """The calls the dispatch sends to the Hopper launcher, on a faked sm_90 device with a supported
+    Triton (the rest of :func:`kernels.hopper_support.takes_hopper_forward` as it is); the launcher is
+    replaced by the portable forward, writing into the output the dispatch allocated."""
+    calls = []
+    decide = hopper_support.takes_hopper_forward
+    monkeypatch.setattr(hopper_dispatch, "takes_hopper_forward",
+                        lambda _version, _capability, *args, **kwargs: decide("3.9.0", (9, 0), *args, **kwargs))
+
+    def hopper_forward(q, k, v, key_padding_mask, causal, softmax_scale, *, overlap, pingpong, out, **rest):
+        calls.append(dict(q=q, out=out, mask=key_padding_mask, causal=causal, scale=softmax_scale, overlap=overlap,
+                          pingpong=pingpong, rest=rest))
+        tiles = select(q.device, q.dtype, q.shape[3]).as_list()
+        return launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, None, None, None, causal, 0.0,
+                                   softmax_scale, tiles, out=out)
+
+    monkeypatch.setitem(sys.modules, "kernels.hopper_attention", types.SimpleNamespace(hopper_forward=hopper_forward))
+    return calls
+
+
+def _mask(batch, n_k, seed=0):
+    mask = torch.rand(batch, n_k, generator=torch.Generator().manual_seed(seed)) < 0.3
+    return mask.to(DEVICE)
+
+
+def _qkv(batch, heads, n_q, n_k, d, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(batch, heads, n, d, generator=g).to(dtype).to(DEVICE).requires_grad_()
+                 for n in (n_q, n_k, n_k))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_dense_call_runs_the_hopper_forward_and_the_portable_backward(spy, dtype, causal):
+    q, k, v = _qkv(2, 3, 70, 90, 128, dtype)
+    mask = _mask(2, 90)
+    out = check_against_reference(flash_attention, q, k, v, key_padding_mask=mask, causal=causal, softmax_scale=0.1,
+                                  ref_kwargs=dict(key_padding_mask=mask, causal=causal, softmax_scale=0.1))
+    assert len(spy) == 1
+    call = spy[0]
+    assert call["pingpong"] is True and call["overlap"] is True and call["rest"] == {}
+    assert call["causal"] is causal and call["mask"] is mask and call["scale"] == 0.1
+    assert call["out"].data_ptr() == out.data_ptr() and out.is_contiguous()
+
+
+def test_fused_projection_views_keep_the_heads_inside_tokens_layout(spy):
+    """q, k, v views of a (B, N, 3, H, d) projection: the output the Hopper forward writes is a
+    (B, H, N, d) view of a contiguous (B, N, H, d) tensor (launch_args.new_output)."""
+    B, N, H, d = 2, 50, 3, 128
+    qkv = torch.randn(B, N, 3, H, d, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(DEVICE)
+    q, k, v = (x.detach().requires_grad_() for x in unpack_qkv(qkv))
+    out = check_against_reference(flash_attention, q, k, v, causal=True, ref_kwargs=dict(causal=True))
+    assert len(spy) == 1 and spy[0]["out"].data_ptr() == out.data_ptr()
+    assert out.stride() == (N * H * d, d, H * d, 1) and out.transpose(1, 2).is_contiguous()
+
+
+def test_packed_call_runs_the_hopper_forward(spy):
+    B, N, H, d = 2, 60, 2, 128
+    qkv = torch.randn(B, N, 3, H, d, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16).to(DEVICE)
+    qkv.requires_grad_()
+    mask = _mask(B, N, seed=3)
+    out = flash_attention_qkvpacked(qkv, key_padding_mask=mask)
+    assert len(spy) == 1 and spy[0]["pingpong"] and spy[0]["overlap"]
+    assert out.shape == (B, N, H, d) and out.is_contiguous()
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(4)).to(DEVICE, out.dtype)
+    out.backward(grad)
+    refs = tuple(x.detach().double().requires_grad_() for x in unpack_qkv(qkv))
+    ref, _ = attention_reference(*refs, key_padding_mask=mask)
+    ref.backward(grad.double().transpose(1, 2))
+    assert rel_err(out.transpose(1, 2), ref) < TOL[torch.bfloat16]
+    for name, got, want in zip(("dq", "dk", "dv"), unpack_qkv(qkv.grad), (x.grad for x in refs)):
+        assert rel_err(got, want) < TOL[torch.bfloat16], name
+
+
+@pytest.mark.parametrize("n_k, takes", [(2047, False), (2048, True)])
+def test_head_dim_64_takes_it_from_2048_keys(spy, n_k, takes):
+    q, k, v = _qkv(1, 1, 16, n_k, 64, torch.bfloat16)
+    with torch.no_grad():
+        flash_attention(q, k, v)
+    assert len(spy) == int(takes)
+
+
+def _sparse(q, k, v):
+    layout = BlockSparseLayout.from_dense(torch.ones(2, 2, dtype=torch.bool, device=DEVICE), 64)
+    return block_sparse_flash_attention(q, k, v, layout, block_size=64)
+
+
+@pytest.mark.parametrize("case", ["switched-off", "dropout", "float32", "head-dim-32", "expanded-kv", "block-sparse"])
+def test_calls_the_rule_keeps_on_the_portable_forward(spy, case):
+    d = 32 if case == "head-dim-32" else 128
+    q, k, v = _qkv(1, 2, 128, 128, d, torch.float32 if case == "float32" else torch.bfloat16)
+    kwargs = {}
+    attention = _sparse if case == "block-sparse" else flash_attention
+    if case == "switched-off":
+        assert use_hopper_forward(False) is True
+    elif case == "dropout":
+        kwargs["dropout_p"] = 0.1
+    elif case == "expanded-kv":
+        k, v = (x[:1, :1].expand(1, 2, 128, d) for x in (k, v))
+    with torch.no_grad():
+        out = attention(q, k, v, **kwargs)
+    assert not spy and out.shape == q.shape
+
+
+def test_switch_is_explicit_and_reported():
+    assert kernels.kernel_settings()["hopper_forward"] is True  # the default
+    assert use_hopper_forward(False) is True
+    assert kernels.kernel_settings()["hopper_forward"] is False
+    assert use_hopper_forward(False) is False
+    assert use_hopper_forward(True) is False and kernels.kernel_settings()["hopper_forward"] is True
+
+
+def test_compiled_calls_keep_the_portable_forward(spy):
+    q, k, v = _qkv(1, 2, 64, 64, 128, torch.bfloat16)
+    compiled = torch.compile(lambda q, k, v: flash_attention(q, k, v, causal=True), fullgraph=True, backend="aot_eager")
+    out = compiled(q, k, v)
+    assert not spy
+    assert torch.equal(out, flash_attention(q, k, v, causal=True)) and len(spy) == 1  # same kernel arithmetic
