@@ -36,6 +36,7 @@ import torch
 
 from . import block_sparse_flash_attention, flash_attention
 from .dropout import fused_backward
+from .hopper_dispatch import use_hopper_forward
 from .layouts import BENCHMARK_LAYOUTS
 from .tiles import PassTiles, Tiles, override, padded_head_dim, select
 
@@ -147,9 +148,14 @@ def _deterministic():
 def tune(head_dims, seq_lens, tokens, hidden, dtype, on_result=None, dropout_p: float = 0.0,
          passes=("fwd", "dkdv", "dq"), sparse: str | None = None, block_size: int = 128,
          split_backward: bool = False) -> dict:
-    """Time every candidate (see the module docstring); returns {padded head dim: entry}."""
-    with _deterministic() if split_backward else contextlib.nullcontext():
-        return _tune(head_dims, seq_lens, tokens, hidden, dtype, on_result, dropout_p, passes, sparse, block_size)
+    """Time every candidate (see the module docstring); returns {padded head dim: entry}. The forward
+    is timed on the portable kernel, whose tiles these are (the Hopper forward is off meanwhile)."""
+    hopper = use_hopper_forward(False)
+    try:
+        with _deterministic() if split_backward else contextlib.nullcontext():
+            return _tune(head_dims, seq_lens, tokens, hidden, dtype, on_result, dropout_p, passes, sparse, block_size)
+    finally:
+        use_hopper_forward(hopper)
 
 
 def _tune(head_dims, seq_lens, tokens, hidden, dtype, on_result, dropout_p, passes, sparse, block_size) -> dict:

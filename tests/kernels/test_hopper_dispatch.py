@@ -18,7 +18,7 @@ from kernel_reference import attention_reference, rel_err
 
 import kernels
 from kernels import (BlockSparseLayout, block_sparse_flash_attention, flash_attention, flash_attention_qkvpacked,
-                     hopper_dispatch, hopper_support, launch_args, use_hopper_forward)
+                     hopper_dispatch, hopper_support, launch_args, tuning, use_hopper_forward)
 from kernels.autograd import unpack_qkv
 from kernels.tiles import select
 
@@ -150,3 +150,11 @@ def test_compiled_calls_keep_the_portable_forward(spy):
     out = compiled(q, k, v)
     assert not spy
     assert torch.equal(out, flash_attention(q, k, v, causal=True)) and len(spy) == 1  # same kernel arithmetic
+
+
+def test_tuner_times_the_portable_forward(monkeypatch):
+    """kernels.tuning times tile candidates of the portable kernel: the Hopper forward is off meanwhile."""
+    seen = []
+    monkeypatch.setattr(tuning, "_tune", lambda *args: seen.append(hopper_dispatch.hopper_forward_enabled()) or {})
+    assert tuning.tune([128], [256], 256, 128, torch.bfloat16) == {}
+    assert seen == [False] and hopper_dispatch.hopper_forward_enabled()
