@@ -4,16 +4,19 @@ On any device: the wiring, with the device facts faked (an sm_90 device, a suppo
 spy in place of the Hopper launcher that runs the portable forward into the output it is given:
 which public calls take the Hopper forward, with which arguments and output layout, that the
 portable backward gives the reference gradients from its row statistics, that the switch and the
-compiled path keep the portable forward.
+compiled path keep the portable forward. On an sm_90 GPU (skipped elsewhere): the real Hopper
+forward through the public functions, bf16 and fp16, against the float64 reference in output, lse
+and gradients.
 """
 from __future__ import annotations
 
+import math
 import sys
 import types
 
 import pytest
 import torch
-from kernel_helpers import DEVICE, TOL, check_against_reference
+from kernel_helpers import DEVICE, TOL, check_against_reference, hopper_skip_reason
 from kernel_reference import attention_reference, rel_err
 
 import kernels
@@ -158,3 +161,116 @@ def test_tuner_times_the_portable_forward(monkeypatch):
     monkeypatch.setattr(tuning, "_tune", lambda *args: seen.append(hopper_dispatch.hopper_forward_enabled()) or {})
     assert tuning.tune([128], [256], 256, 128, torch.bfloat16) == {}
     assert seen == [False] and hopper_dispatch.hopper_forward_enabled()
+
+
+# ------------------------------------------------------------------------------------------------ sm_90 GPU
+needs_hopper = pytest.mark.skipif(bool(hopper_skip_reason()), reason=hopper_skip_reason() or "supported")
+
+
+@pytest.fixture
+def hopper_calls(monkeypatch):
+    """The real Hopper launcher, counting its calls."""
+    from kernels import hopper_attention
+
+    calls = []
+    launcher = hopper_attention.hopper_forward
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs)
+        return launcher(*args, **kwargs)
+
+    monkeypatch.setattr(hopper_attention, "hopper_forward", counted)
+    return calls
+
+
+# (B, H, N_q, N_k, d, causal, key padding)
+GPU_CASES = {
+    "d128": (2, 3, 256, 256, 128, False, False),
+    "d128-causal-mask": (2, 3, 256, 256, 128, True, True),
+    "d128-ragged-nq-ne-nk": (2, 2, 200, 333, 128, True, True),
+    "d128-nq-gt-nk": (1, 2, 300, 129, 128, True, False),
+    "d64-n2048": (1, 2, 2048, 2048, 64, False, True),
+    "d64-n2048-causal": (1, 2, 2048, 2048, 64, True, False),
+    "d64-nq-ne-nk": (2, 2, 333, 2048, 64, True, True),
+}
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", list(GPU_CASES))
+def test_public_call_runs_the_hopper_forward_on_sm90(hopper_calls, case, dtype):
+    B, H, n_q, n_k, d, causal, padded = GPU_CASES[case]
+    q, k, v = _qkv(B, H, n_q, n_k, d, dtype, seed=d + n_k)
+    mask = _mask(B, n_k, seed=n_q) if padded else None
+    out = check_against_reference(flash_attention, q, k, v, key_padding_mask=mask, causal=causal,
+                                  ref_kwargs=dict(key_padding_mask=mask, causal=causal))
+    assert len(hopper_calls) == 1 and hopper_calls[0]["pingpong"] and hopper_calls[0]["overlap"]
+    assert out.is_contiguous()
+    # the same call on the portable forward: the two forwards agree to rounding
+    use_hopper_forward(False)
+    with torch.no_grad():
+        portable = flash_attention(q, k, v, key_padding_mask=mask, causal=causal)
+    assert len(hopper_calls) == 1 and rel_err(out, portable) < TOL[dtype]
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d, n", [(128, 512), (64, 2048)])
+def test_fused_projection_views_and_packed_input_on_sm90(hopper_calls, dtype, d, n):
+    B, H = 2, 2
+    qkv = torch.randn(B, n, 3, H, d, device="cuda", generator=torch.Generator(device="cuda").manual_seed(d))
+    qkv = qkv.to(dtype)
+    mask = _mask(B, n, seed=5)
+    q, k, v = (x.detach().requires_grad_() for x in unpack_qkv(qkv))
+    out = check_against_reference(flash_attention, q, k, v, key_padding_mask=mask, causal=True,
+                                  ref_kwargs=dict(key_padding_mask=mask, causal=True))
+    assert len(hopper_calls) == 1
+    assert out.stride() == (n * H * d, d, H * d, 1) and out.transpose(1, 2).is_contiguous()
+
+    packed = qkv.clone().requires_grad_()
+    out_packed = flash_attention_qkvpacked(packed, key_padding_mask=mask, causal=True)
+    assert len(hopper_calls) == 2 and out_packed.shape == (B, n, H, d) and out_packed.is_contiguous()
+    assert torch.equal(out_packed, out.transpose(1, 2))  # same kernel, same inputs
+    grad = torch.randn(out_packed.shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(6))
+    out_packed.backward(grad.to(dtype))
+    refs = tuple(x.detach().double().requires_grad_() for x in unpack_qkv(qkv))
+    ref, _ = attention_reference(*refs, key_padding_mask=mask, causal=True)
+    ref.backward(grad.to(dtype).double().transpose(1, 2))
+    for name, got, want in zip(("dq", "dk", "dv"), unpack_qkv(packed.grad), (x.grad for x in refs)):
+        assert rel_err(got, want) < TOL[dtype], name
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_lse_of_the_hopper_forward_and_its_gradient_on_sm90(hopper_calls, dtype):
+    """return_lse: the lse is the Hopper forward's row statistics, and the portable backward takes its
+    gradient too."""
+    q, k, v = _qkv(2, 2, 200, 333, 128, dtype, seed=7)
+    out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    assert len(hopper_calls) == 1
+    g = torch.Generator().manual_seed(8)
+    grad_out, grad_lse = torch.randn(out.shape, generator=g).to(DEVICE, dtype), torch.randn(lse.shape, generator=g)
+    ((out.float() * grad_out.float()).sum() + (lse * grad_lse.to(DEVICE)).sum()).backward()
+    refs = tuple(x.detach().double().requires_grad_() for x in (q, k, v))
+    ref, ref_lse = attention_reference(*refs, causal=True)
+    ((ref * grad_out.double()).sum() + (ref_lse * grad_lse.double().to(DEVICE)).sum()).backward()
+    assert rel_err(out, ref) < TOL[dtype] and (lse.double() - ref_lse).abs().max() < 1e-2
+    for name, got, want in (("dq", q.grad, refs[0].grad), ("dk", k.grad, refs[1].grad), ("dv", v.grad, refs[2].grad)):
+        assert rel_err(got, want) < TOL[dtype], name
+
+
+@needs_hopper
+@pytest.mark.parametrize("case", ["d64-n1024", "dropout", "switched-off", "compiled"])
+def test_calls_that_stay_portable_on_sm90(hopper_calls, case):
+    d, n = (64, 1024) if case == "d64-n1024" else (128, 256)
+    q, k, v = _qkv(2, 2, n, n, d, torch.bfloat16, seed=9)
+    attention = flash_attention
+    if case == "switched-off":
+        use_hopper_forward(False)
+    elif case == "compiled":
+        attention = torch.compile(flash_attention, fullgraph=True, backend="aot_eager")
+    out = attention(q, k, v, dropout_p=0.1 if case == "dropout" else 0.0)
+    assert not hopper_calls and out.shape == q.shape and torch.isfinite(out).all()
+    if case != "dropout":
+        ref, _ = attention_reference(q, k, v, softmax_scale=1 / math.sqrt(d))
+        assert rel_err(out, ref) < TOL[torch.bfloat16]
