@@ -4,7 +4,8 @@
 
 Importable with any Triton (it imports neither Gluon nor torch), so that a caller or the offline
 compile check can ask before importing the kernel module, whose Gluon API differs between Triton
-releases. Each check returns ``(True, "")`` or ``(False, reason)``; the caller decides the fallback.
+releases. Each check of what a call can take returns ``(True, "")`` or ``(False, reason)``; the
+caller decides the fallback.
 """
 from __future__ import annotations
 
@@ -96,7 +97,5 @@ def takes_hopper_forward(triton_version: str, capability: tuple[int, int] | None
     strides = [tuple(s) for s in strides]
     if any(0 in s for s in strides):
         return False
-    return supported(triton_version, capability, dtype, head_dim, strides, data_ptrs, _FORWARD_NAMES)[0]
-
-
-_FORWARD_NAMES = ("q", "k", "v", "out")
+    names = ("q", "k", "v", "out")  # supported() checks as many tensors as it has names
+    return supported(triton_version, capability, dtype, head_dim, strides, data_ptrs, names)[0]
