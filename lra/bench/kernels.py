@@ -2,9 +2,11 @@
 
 Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one provenance file:
 
-1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention) and ``ours_hopper`` (the Hopper
-   Gluon kernels through kernels.hopper_autograd: on request only, ``unsupported`` off sm_90;
-   ``ours_hopper_pp`` the same with the forward's ping-pong schedule) vs the anchors ``sdpa_flash``,
+1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention, as users call it: on Hopper its
+   eager forward may run the Hopper ping-pong kernel, :mod:`kernels.hopper_dispatch`) and, on request
+   only, ``ours_portable`` (the same with that dispatch switched off) and ``ours_hopper`` (the Hopper
+   Gluon kernels through kernels.hopper_autograd, ``unsupported`` off sm_90; ``ours_hopper_pp`` the
+   same with the forward's ping-pong schedule) vs the anchors ``sdpa_flash``,
    ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
    torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
    (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
@@ -94,6 +96,20 @@ def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, 
 
     def forward(q, k, v):
         return hopper_flash_attention(q, k, v, causal=causal, pingpong=pingpong)
+    return forward
+
+
+def _portable(causal: bool, dropout: float = 0.0):
+    """kernels.flash_attention on the portable kernels only: the Hopper forward dispatch
+    (:func:`kernels.use_hopper_forward`) is off during each call and restored after it."""
+    import kernels
+
+    def forward(q, k, v):
+        previous = kernels.use_hopper_forward(False)
+        try:
+            return kernels.flash_attention(q, k, v, causal=causal, dropout_p=dropout)
+        finally:
+            kernels.use_hopper_forward(previous)
     return forward
 
 
@@ -597,6 +613,8 @@ def run(args) -> int:
                 if impl == "ours":
                     factory = lambda: (lambda q, k, v: kernels.flash_attention(  # noqa: E731
                         q, k, v, causal=args.causal, dropout_p=args.dropout))
+                elif impl == "ours_portable":
+                    factory = lambda: _portable(args.causal, args.dropout)  # noqa: E731
                 elif impl in ("ours_hopper", "ours_hopper_pp"):
                     factory = lambda d=d, impl=impl: _hopper(args.causal, args.dropout, d, dtype,  # noqa: E731
                                                              pingpong=impl == "ours_hopper_pp")

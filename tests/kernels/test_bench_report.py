@@ -279,3 +279,32 @@ def test_the_hopper_pingpong_forward_is_opt_in_and_unsupported_off_hopper(monkey
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     with pytest.raises(bench.Unsupported, match="ours_hopper_pp: .*(sm_90|Triton)"):
         bench._hopper(causal=True, pingpong=True)
+
+
+def test_ours_portable_is_opt_in_and_runs_with_the_hopper_forward_switched_off(monkeypatch):
+    """`ours_portable` runs on request only; each call is kernels.flash_attention with the Hopper forward
+    dispatch switched off, and the caller's setting comes back after it (also when the call raises)."""
+    import kernels
+    from lra.bench import kernels as bench
+
+    assert "ours_portable" not in _parser().parse_args([]).impls
+    assert _parser().parse_args(["--impls", "ours_portable"]).impls == ["ours_portable"]
+    seen = []
+
+    def spy(q, k, v, causal=False, dropout_p=0.0):
+        seen.append((kernels.kernel_settings()["hopper_forward"], causal, dropout_p))
+        if q == "raise":
+            raise RuntimeError("boom")
+        return "out"
+
+    monkeypatch.setattr(kernels, "flash_attention", spy)
+    previous = kernels.use_hopper_forward(True)
+    try:
+        forward = bench._portable(causal=True, dropout=0.1)
+        assert forward("q", "k", "v") == "out"
+        with pytest.raises(RuntimeError, match="boom"):
+            forward("raise", "k", "v")
+        assert seen == [(False, True, 0.1), (False, True, 0.1)]
+        assert kernels.kernel_settings()["hopper_forward"] is True
+    finally:
+        kernels.use_hopper_forward(previous)
