@@ -8,9 +8,12 @@ the mean pace of the kinds with a finished run (each kind counting once), or whi
 finished, of the kinds with a running one. A running run's pace, taken early, is low: its elapsed
 time includes the start of its process.
 
-A running run has left its remaining steps at its own pace once it has taken a step, before that
-its kind's estimated duration minus its elapsed time; a queued run takes its kind's estimated
-duration. The queued runs share the slots that the running ones occupy.
+A running run has left its remaining steps at its own pace once it has taken a step — the pace
+since its first observed step when the caller has one (its process start and compilation left out:
+a compiled run that has taken one step in its first minute would otherwise look hundreds of times
+slower than it is), else its steps over its elapsed time —, before that its kind's estimated
+duration minus its elapsed time; a queued run takes its kind's estimated duration. The queued runs
+share the slots that the running ones occupy.
 """
 from __future__ import annotations
 
@@ -21,12 +24,14 @@ from typing import Hashable
 @dataclass(frozen=True)
 class Run:
     """A run as the ETA sees it: its kind, the steps it plans, and for a finished or running run the
-    seconds it has taken and the steps it has done (None before its first step)."""
+    seconds it has taken and the steps it has done (None before its first step); for a running run
+    also, when known, its steps per second since its first observed step (``recent_pace``)."""
 
     kind: Hashable
     max_steps: int
     elapsed_s: float = 0.0
     step: int | None = None
+    recent_pace: float | None = None
 
 
 def _paces(runs: list[Run]) -> dict[Hashable, float]:
@@ -57,7 +62,8 @@ def seconds_left(finished: list[Run], running: list[Run], queued: list[Run], slo
     left = []
     for run in running:
         if run.step:
-            left.append(max(0, run.max_steps - run.step) * run.elapsed_s / run.step)
+            pace = run.recent_pace or run.step / max(run.elapsed_s, 1e-9)
+            left.append(max(0, run.max_steps - run.step) / pace)
         else:
             left.append(max(0.0, duration(run) - run.elapsed_s))
     left += [duration(run) for run in queued]

@@ -224,6 +224,7 @@ class _Running:
         self.slots = slots
         self.ended: set[str] = set()
         self.finished: list = []   # lra.sweep_eta.Run of the runs this sweep trained
+        self.first_step: dict = {}  # label -> (time, step) when a running run's first step was seen
 
     def start(self, run, log_path, gpu) -> None:
         with self.lock:
@@ -250,7 +251,13 @@ class _Running:
         running = []
         for run, log_path, _, started in items:
             progress = read_progress(log_path)
-            running.append(_eta_run(run, now - started, progress.step if progress else None))
+            step = progress.step if progress else None
+            recent = None
+            if step:
+                seen_at, seen_step = self.first_step.setdefault(run.label, (now, step))
+                if step > seen_step and now > seen_at:
+                    recent = (step - seen_step) / (now - seen_at)
+            running.append(_eta_run(run, now - started, step, recent))
         return format_eta(seconds_left(finished, running, queued, self.slots))
 
     def lines(self, short: bool = False) -> list[str]:
@@ -274,12 +281,12 @@ class _Running:
         return out
 
 
-def _eta_run(run, elapsed_s: float = 0.0, step: int | None = None):
+def _eta_run(run, elapsed_s: float = 0.0, step: int | None = None, recent_pace: float | None = None):
     """A planned run as the ETA sees it: runs of one task, length and attention go at one pace."""
     from lra.sweep_eta import Run
 
     kind = (run.config.task, run.config.data.seq_len, run.config.attention)
-    return Run(kind, run.config.train.max_steps, elapsed_s, step)
+    return Run(kind, run.config.train.max_steps, elapsed_s, step, recent_pace)
 
 
 def _every(seconds: float, action, stop: threading.Event) -> threading.Thread:

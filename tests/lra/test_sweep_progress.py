@@ -146,3 +146,29 @@ def test_the_heartbeat_shows_steps_before_the_first_validation_and_an_eta(tmp_pa
     assert running and "step 5/20  no validation yet" in running[-1], out + capsys.readouterr().err
     eta = [line for line in out.splitlines() if line.startswith("[sweep]")]
     assert eta and eta[-1].startswith("[sweep] 0/1 done, ETA ")  and "ETA ?" not in eta[-1]
+
+
+def test_a_running_runs_eta_uses_its_pace_since_its_first_seen_step(tmp_path, monkeypatch):
+    """Start-up (process, data, compilation) does not count in a running run's pace: one step after a
+    minute of compiling is not a pace of one step per minute, and a resumed run that shows step 40,000
+    at once has not trained 40,000 steps since it started."""
+    from lra.commands import sweep as sweep_cmd
+    from lra.sweep_eta import Run, seconds_left
+
+    assert seconds_left([], [Run("flash", 62400, 60.0, 1, recent_pace=50.0)], [], slots=1) == pytest.approx(62399 / 50)
+    assert seconds_left([], [Run("flash", 62400, 60.0, 1)], [], slots=1) == pytest.approx(62399 * 60.0)
+
+    config = SimpleNamespace(task="pathfinder32", attention="flash", data=SimpleNamespace(seq_len=1024),
+                             train=SimpleNamespace(max_steps=62400))
+    run = SimpleNamespace(label="pathfinder32/flash/s0", config=config)
+    clock = [1000.0]
+    monkeypatch.setattr(sweep_cmd.time, "perf_counter", lambda: clock[0])
+    display = sweep_cmd._Running([run], slots=1)
+    log = tmp_path / "train.log"
+    display.start(run, log, None)
+    clock[0] += 60.0
+    log.write_text("step 40000/62400  loss 0.2000  16,000 samples/s\n")   # resumed: first step seen late
+    display.eta()
+    clock[0] += 10.0
+    log.write_text("step 40000/62400  loss 0.2000  16,000 samples/s\nstep 40500/62400  loss 0.2  16,000 samples/s\n")
+    assert display.eta() == "ETA 7m18s"       # 21,900 steps left at 50 steps/s
