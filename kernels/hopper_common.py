@@ -4,6 +4,7 @@ query tile a program works on, and the launchers' argument helpers (softmax scal
 TMA descriptors)."""
 from __future__ import annotations
 
+import functools
 import math
 
 from triton.experimental import gluon
@@ -71,7 +72,13 @@ def tma_descriptor(t, rows: int):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    block = [1, 1, rows, t.shape[-1]]
-    gl_dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+    block = (1, 1, rows, t.shape[-1])
+    layout = _shared_layout(block, t.dtype == torch.bfloat16)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(block), layout)
+
+
+@functools.lru_cache(maxsize=32)
+def _shared_layout(block: tuple, bfloat16: bool):
+    """The wgmma operands' shared-memory layout of a TMA block: computed once per block and dtype
+    (about 6 us of host time each, four descriptors per forward call)."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16 if bfloat16 else gl.float16)

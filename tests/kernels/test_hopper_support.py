@@ -70,6 +70,23 @@ def test_launch_argument_checks_name_the_problem():
             hopper.padding_args(bad, 2, 5, placeholder)
 
 
+def test_tma_descriptors_take_the_tensors_shape_and_strides_and_the_wgmma_shared_layout():
+    """A descriptor per tensor (its own shape and strides: views are read in place) with the block
+    (1, 1, rows, d) in the NVMMA shared layout of its dtype, the layout computed once per block."""
+    import torch
+
+    hopper = pytest.importorskip("kernels.hopper_common", reason="this Triton has no Gluon")
+    gl = hopper.gl
+    qkv = torch.empty(2, 256, 3, 4, 64, dtype=torch.bfloat16)
+    k = qkv.permute(2, 0, 3, 1, 4)[1]   # (B, H, N, d) view of a fused projection
+    desc = hopper.tma_descriptor(k, 128)
+    assert (desc.shape, desc.strides, desc.block_shape) == ([2, 4, 256, 64], list(k.stride()), [1, 1, 128, 64])
+    assert desc.layout == gl.NVMMASharedLayout.get_default_for([1, 1, 128, 64], gl.bfloat16)
+    half = hopper.tma_descriptor(torch.empty(1, 1, 64, 128, dtype=torch.float16), 64)
+    assert half.layout == gl.NVMMASharedLayout.get_default_for([1, 1, 64, 128], gl.float16)
+    assert hopper.tma_descriptor(k.contiguous(), 128).layout is desc.layout
+
+
 def test_an_incoming_gradient_tma_cannot_read_is_copied_first():
     """The Hopper autograd call passes dO through as it is when TMA can read it, else a contiguous copy."""
     import torch
