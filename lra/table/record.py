@@ -46,7 +46,8 @@ RECORD_COLUMNS = [
     "task", "attention", "label", "variant", "preset", "seq_len", "data_id", "data_source", "data_description",
     "ran", "setting", "paper_setting", "paper_compared", "n", "mean", "std", "seeds", "chance_pct", "at_chance",
     "completed", "failed", "oom", "diverged", "interrupted", "running", "duplicates", "published", "published_failed",
-    "delta", "speedup", "step_ms", "speed_source", "best_step", "time_to_best_s", "peak_mem_gb", "notes",
+    "delta", "speedup", "step_ms", "speed_source", "best_step", "time_to_best_s", "time_to_best_estimated",
+    "peak_mem_gb", "notes",
 ]
 
 
@@ -98,6 +99,13 @@ def _cell_row(key: dict, cell: pd.DataFrame, duplicates: int, anchors: dict, spe
         value, failed = np.nan, False
     speedup, step_ms, source, speed_notes = _speed(cell, anchors, speed, baseline)
     timed = done[done["timed"]]
+    best_step = done["best_step"].mean() if n else np.nan
+    time_to_best = timed["time_to_best_s"].mean() if len(timed) else np.nan
+    # no timed run (they shared a GPU): the best step at the solo benchmark's step time, validation left out
+    estimated = bool(not np.isfinite(time_to_best) and source.startswith("bench") and np.isfinite(best_step)
+                     and np.isfinite(step_ms))
+    if estimated:
+        time_to_best = best_step * step_ms / 1000.0
     at_chance = int(done["at_chance"].sum())
     notes = []
     if 0 < at_chance < n:
@@ -120,8 +128,7 @@ def _cell_row(key: dict, cell: pd.DataFrame, duplicates: int, anchors: dict, spe
         duplicates=duplicates, published=value, published_failed=failed,
         delta=mean - value if comparable and n and np.isfinite(value) else np.nan,
         speedup=speedup, step_ms=step_ms, speed_source=source,
-        best_step=done["best_step"].mean() if n else np.nan,
-        time_to_best_s=timed["time_to_best_s"].mean() if len(timed) else np.nan,
+        best_step=best_step, time_to_best_s=time_to_best, time_to_best_estimated=estimated,
         peak_mem_gb=done["peak_mem_gb"].mean() if n else np.nan, notes="; ".join(notes))
 
 
@@ -143,7 +150,7 @@ def _missing_row(task: str, attention: str, published: pd.DataFrame | None) -> d
                seq_len=pd.NA, data_id="", data_source="", data_description="", ran=False, setting="",
                paper_setting=False, paper_compared=published is not None, n=0, seeds="", at_chance=0,
                published=value, published_failed=failed,
-               speed_source="", notes=reason,
+               speed_source="", time_to_best_estimated=False, notes=reason,
                chance_pct=100.0 / TASKS[task].num_classes if task in TASKS else np.nan,
                **{c: 0 for c in ("completed", "failed", "oom", "diverged", "interrupted", "running", "duplicates")})
     return row
@@ -279,7 +286,8 @@ def record_sections(summary: pd.DataFrame, published: pd.DataFrame | None = None
         "Speed from": summary["speed_source"].fillna("").replace("", NO_VALUE),
         "Step (ms)": summary["step_ms"].map(_value(lambda v: f"{v:.1f}")),
         "Best at step": summary["best_step"].map(_value(lambda v: f"{v:,.0f}")),
-        "Time to best": summary["time_to_best_s"].map(_value(format_duration)),
+        "Time to best": [("≈ " if estimated is True else "") + _value(format_duration)(t) if np.isfinite(t) else NO_VALUE
+                         for t, estimated in zip(summary["time_to_best_s"], summary["time_to_best_estimated"])],
         "Peak GB": summary["peak_mem_gb"].map(_value(lambda v: f"{v:.2f}")),
         "Notes": summary["notes"].fillna(""),
     })
@@ -308,7 +316,9 @@ def _notes(summary, published, records, base: str, baseline: str, compare: bool)
         f"through the CPU interpreter are never shown; – = no such measurement of the attention or of `{baseline}`. "
         "Step = training step time.",
         "Best at step = optimizer step of the best validation accuracy; time to best = its wall-clock time "
-        "(timed runs only, as for speed); peak GB = peak GPU memory (1e9 bytes).",
+        "(timed runs only, as for speed), or ≈ best step × the benchmark's step time where the runs shared a GPU "
+        "and the speed comes from a benchmark (training steps only, validation left out); peak GB = peak GPU "
+        "memory (1e9 bytes).",
     ]
     paper_speed = [(label, pub.lookup(published, RECORD_PAPER, attention, "speedup")[0]) for attention, label in
                    summary[["attention", "label"]].drop_duplicates("attention").itertuples(index=False)]

@@ -130,10 +130,11 @@ def test_only_runs_alone_on_their_gpu_give_speed(tmp_path, published):
     assert flash["n"] == 2  # the shared run's accuracy counts
     assert flash["speedup"] == pytest.approx(3.0) and flash["step_ms"] == pytest.approx(10.0)
     assert flash["speed_source"] == "runs (n=1)" and "sharing a GPU (4 runs per GPU) left out" in flash["notes"]
-    assert flash["time_to_best_s"] == 300.0
+    assert flash["time_to_best_s"] == 300.0 and not flash["time_to_best_estimated"]
     performer = row(summary, "listops", "performer")
     assert math.isnan(performer["speedup"]) and math.isnan(performer["step_ms"])
     assert math.isnan(performer["time_to_best_s"]) and performer["speed_source"] == "shared GPU: not shown"
+    assert not performer["time_to_best_estimated"]  # no benchmark to estimate it from
     assert row(summary, "listops", "softmax")["speedup"] == pytest.approx(1.0)
     # the efficiency and accuracy tables leave shared timings out as well
     efficiency = table.efficiency_summary(table.load_run_records(tmp_path))
@@ -153,6 +154,10 @@ def test_speed_from_a_model_benchmark_csv(tmp_path, published):
     flash = row(summary, "listops", "flash")
     assert flash["speedup"] == pytest.approx(3.0) and flash["step_ms"] == pytest.approx(4.0)  # compiled, batch 32
     assert flash["speed_source"] == "bench bench.csv (custom batch 32, compiled)"
+    # its runs shared a GPU: time to best = best step (300) x the benchmark's step time, marked as such
+    assert flash["time_to_best_s"] == pytest.approx(300 * 4.0 / 1000) and flash["time_to_best_estimated"]
+    shown = table.record_sections(summary, published)[0].table.set_index(["Task", "Attention"])
+    assert shown.loc[("ListOps", "FlashAttention"), "Time to best"].startswith("≈ ")
 
 
 def test_tasks_without_runs_appear_with_the_papers_numbers(tmp_path, published):
