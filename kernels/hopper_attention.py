@@ -69,12 +69,16 @@ PRODUCER_REGS = gl.constexpr(24)  # the fewest registers setmaxnreg allows; the 
 # warps. The producer gives its share back, so the consumer warps can grow to (65536 - 4 * 32 *
 # 24) / 256 = 244 -> 240 registers each
 MAXNREG = 168
-# the ping-pong schedule: two consumer warpgroups of PP_ROWS query rows each, as two partitions
+# the ping-pong schedule: two (or three) consumer warpgroups of PP_ROWS query rows each, as partitions
 PP_ROWS = 64
 PP_WARPS = 4  # warps of each consumer partition (the kernel's num_warps: consumer 0 is the default partition)
-# consumer 1's setmaxnreg budget; consumer 0 (the default partition) gets what is left of the 65536
-# registers under the MAXNREG launch cap over 12 warps: (168 * 12 - 240 * 4 - 24 * 4) * 32 / 128 = 240
-PP_CONSUMER_REGS = gl.constexpr(240)
+# consumers -> (launch cap on registers per thread, setmaxnreg budget of each worker consumer, keys
+# per K/V tile). The default partition (consumer 0) gets what is left of the 65536 registers under the
+# cap, the producer counting as a warpgroup: two consumers, 12 warps: (168 * 12 - 240 * 4 - 24 * 4) *
+# 32 / 128 = 240; three, 16 warps: (128 * 16 - 2 * 160 * 4 - 24 * 4) * 32 / 128 = 168, room for d = 64
+# only and 64-key tiles (with 128-key tiles S, P and O overflow 128 registers and spill in the key
+# loop: ptxas allocates under the launch cap)
+PP_CONFIG = {2: (MAXNREG, 240, BLOCK_N), 3: (128, 160, 64)}
 
 
 def stages_for(head_dim: int) -> int:
@@ -176,41 +180,44 @@ def _release_kv(ring, b, h, j, end, STAGES: gl.constexpr, NBYTES_KV: gl.constexp
         mbarrier.arrive(v_empty.index(slot), count=1)
 
 
-# Ping-pong hand-off (PINGPONG): two consumer partitions, one warpgroup each, issue their wgmma
-# groups in strict alternation A0, B0, A1, B1, ... (consumer 0 = A first). ``turns`` holds two
-# mbarriers of arrival count 1: turns[c] is consumer c's "your turn" barrier, which the *other*
-# consumer arrives on (an arrive lowers to a partition barrier plus one thread's arrive, so one
-# arrive per partition) right after issuing a group. Consumer c waits for its g-th turn (g = 0, 1,
-# ...) with parity (g & 1) ^ (1 - c):
+# Ping-pong hand-off (PINGPONG = C, the number of consumers, 2 or 3; 0 / False: none): C consumer
+# partitions, one warpgroup each, issue their wgmma groups in strict rotation A0, B0, (C0,) A1, B1, ...
+# (consumer 0 = A first). ``turns`` holds C mbarriers of arrival count 1: turns[c] is consumer c's
+# "your turn" barrier, which consumer c - 1 (mod C) arrives on (an arrive lowers to a partition
+# barrier plus one thread's arrive, so one arrive per partition) right after issuing a group.
+# Consumer c waits for its g-th turn (g = 0, 1, ...) with parity (g & 1) ^ (c == 0):
 # - consumer 0, g = 0: parity 1, the phase "before" a fresh mbarrier, complete at once (0 goes first);
-#   g >= 1: parity (g - 1) & 1, i.e. phase g - 1 of turns[0], completed by consumer 1's (g - 1)-th arrive,
-#   which follows its (g - 1)-th group;
-# - consumer 1, g: parity g & 1, phase g of turns[1], completed by consumer 0's g-th arrive.
-# No phase is skipped (parity waits cannot tell phase p from p + 2): consumer 0's (g + 1)-th arrive
-# on turns[1] needs its (g + 1)-th turn, i.e. consumer 1's g-th arrive, which comes after consumer 1's
-# g-th wait; so while consumer 1 waits for phase g, turns[1] has completed at most phases 0..g, and
-# symmetrically for turns[0]. Both consumers run the same key tiles [0, end), so they take the same
-# number of turns; consumer 1's last arrive is never waited for (harmless: nothing reuses the barrier).
-# The shared K/V ring's "empty" barriers count 2 (one arrive from each consumer per tile); phase p of a
+#   g >= 1: parity (g - 1) & 1, i.e. phase g - 1 of turns[0], completed by consumer C - 1's (g - 1)-th
+#   arrive, which follows its (g - 1)-th group;
+# - consumer c >= 1, g: parity g & 1, phase g of turns[c], completed by consumer c - 1's g-th arrive.
+# No phase is skipped (parity waits cannot tell phase p from p + 2): consumer c - 1's next arrive on
+# turns[c] needs its next turn, which by the rotation needs consumer c's g-th arrive, which comes after
+# consumer c's g-th wait; so while consumer c waits for phase g, turns[c] has completed at most phases
+# 0..g. All consumers run the same key tiles [0, end), so they take the same number of turns; the
+# last consumer's last arrive is never waited for (harmless: nothing reuses the barrier).
+# The shared K/V ring's "empty" barriers count C (one arrive from each consumer per tile); phase p of a
 # slot completes with exactly one arrive of each, since a consumer's next arrive on that slot is for
 # the tile the producer loads only after phase p has completed. No cycle between the turns and the
 # ring: a consumer that holds a turn waits at most for the K / V of the tiles of its group (plain:
 # K_j for group 2j, V_j for 2j + 1; overlap: K_j and V_(j-1) for group j), which the producer loads
-# once both consumers have released tile j - STAGES (STAGES >= 2). The other consumer has issued at
+# once every consumer has released tile j - STAGES (STAGES >= 2). Every other consumer has issued at
 # least the previous group and, without needing a turn, waits for its wgmmas and releases what they
 # read: all of tile j - 1 (plain) or K_(j-1) and V_(j-2) (overlap), so tile j - 2 in either case.
 @gluon.jit
 def _take_turn(turns, g, WG: gl.constexpr, PINGPONG: gl.constexpr):
     """Ping-pong: waits until consumer ``WG`` may issue its ``g``-th wgmma group (no-op otherwise)."""
     if PINGPONG:
-        mbarrier.wait(turns.index(WG), (g & 1) ^ (1 - WG))
+        if WG == 0:
+            mbarrier.wait(turns.index(WG), (g & 1) ^ 1)
+        else:
+            mbarrier.wait(turns.index(WG), g & 1)
 
 
 @gluon.jit
 def _pass_turn(turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Ping-pong: consumer ``WG`` has issued a wgmma group; the other consumer's turn (no-op otherwise)."""
+    """Ping-pong: consumer ``WG`` has issued a wgmma group; the next consumer's turn (no-op otherwise)."""
     if PINGPONG:
-        mbarrier.arrive(turns.index(1 - WG), count=1)
+        mbarrier.arrive(turns.index((WG + 1) % PINGPONG), count=1)
 
 
 @gluon.jit
@@ -469,15 +476,15 @@ def hopper_attention_fwd_kernel(
 
 @gluon.jit
 def _pingpong_producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
-                       NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr):
-    """Worker partition of the ping-pong schedule: each consumer's Q tile (rows start_m and
-    start_m + rows of one tile) into its own buffer, then the shared K / V ring."""
+                       NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, CONSUMERS: gl.constexpr):
+    """Worker partition of the ping-pong schedule: each consumer's Q tile (consumer c: rows from
+    start_m + c * rows of one tile) into its own buffer, then the shared K / V ring."""
     q_desc, k_desc, v_desc = descs
     q_bufs, k_bufs, v_bufs = bufs
     q_bars, k_ready, v_ready, k_empty, v_empty = bars
     b, h, bh, start_m = coords
     QROWS: gl.constexpr = q_desc.block_type.shape[2]
-    for c in gl.static_range(2):
+    for c in gl.static_range(CONSUMERS):
         mbarrier.expect(q_bars.index(c), NBYTES_Q)
         tma_load(q_desc, [b, h, start_m + c * QROWS, 0], q_bars.index(c), q_bufs.index(c))
     _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, STAGES, BLOCK_N,
@@ -488,59 +495,82 @@ def _pingpong_producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLO
 def hopper_attention_fwd_pingpong_kernel(
     q_desc, k_desc, v_desc, o_desc, ROWS, PAD, stride_pb, stride_pn, H, N_Q, N_K, causal_offset, qk_scale,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr,
-    num_warps: gl.constexpr,
+    CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
     """The ping-pong schedule (FlashAttention-3's inter-warpgroup pingpong): grid as
-    :func:`hopper_attention_fwd_kernel`, one program per 2 * ``PP_ROWS`` query rows, in three
-    partitions: consumer 0 (the default partition, ``num_warps`` = 4: one warpgroup) and consumer 1
-    (a worker warpgroup), each owning ``PP_ROWS`` = 64 rows with its own Q buffer (q / o
-    descriptors of 64-row blocks), and the one-warp TMA producer. The consumers share the K / V
-    ring (a slot is released by both: "empty" arrival count 2) and alternate at issuing their
-    wgmmas through two mbarriers (:func:`_take_turn`), so that one warpgroup's softmax runs while
-    the other's GEMMs hold the tensor cores."""
+    :func:`hopper_attention_fwd_kernel` with ``CONSUMERS`` * ``PP_ROWS`` query rows per program, in
+    ``CONSUMERS`` + 1 partitions: consumer 0 (the default partition, ``num_warps`` = 4: one
+    warpgroup) and consumers 1.. (worker warpgroups of ``CONSUMER_REGS`` registers), each owning
+    ``PP_ROWS`` = 64 rows with its own Q buffer (q / o descriptors of 64-row blocks), and the
+    one-warp TMA producer. The consumers share the K / V ring (a slot is released by each: "empty"
+    arrival count ``CONSUMERS``) and take turns at issuing their wgmmas through ``CONSUMERS``
+    mbarriers (:func:`_take_turn`), so that one warpgroup's softmax runs while another's GEMMs hold
+    the tensor cores."""
+    gl.static_assert((CONSUMERS == 2) | (CONSUMERS == 3), "two or three consumer warpgroups")
     QROWS: gl.constexpr = q_desc.block_type.shape[2]
-    TILE_M: gl.constexpr = 2 * QROWS
+    TILE_M: gl.constexpr = CONSUMERS * QROWS
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
     NBYTES_Q: gl.constexpr = QROWS * HEAD_DIM * ELEM_BYTES
     NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
 
-    # key tiles [0, end) for all 2 * QROWS rows: both consumers run the same tiles and masks (the
-    # rows of consumer 0 see no more keys than those of consumer 1, so its extra diagonal tiles
+    # key tiles [0, end) for all TILE_M rows: every consumer runs the same tiles and masks (the rows
+    # of an earlier consumer see no more keys than those of a later one, so its extra diagonal tiles
     # are fully masked), as the 8-warp consumer does for its 128 rows
     b, h, pid_bh, start_m, full_hi, end = query_tile(H, N_K, causal_offset, TILE_M, BLOCK_N, IS_CAUSAL)
 
-    q_bufs = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
-    k_bufs, v_bufs, ring_bars = _kv_ring(k_desc, v_desc, STAGES, 2)  # a slot is released by both consumers
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(2):
+    q_bufs = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
+    k_bufs, v_bufs, ring_bars = _kv_ring(k_desc, v_desc, STAGES, CONSUMERS)  # a slot is released by each consumer
+    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(CONSUMERS):
         mbarrier.init(q_bars.index(c), count=1)
         mbarrier.init(turns.index(c), count=1)
     fence_async_shared()
 
     descs = (q_desc, k_desc, v_desc, o_desc)
     ranges = (full_hi, end)
-    gl.warp_specialize([
-        (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), (q_bars.index(0), ) + ring_bars,
-                     (b, h, pid_bh, start_m), ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset,
-                     qk_scale, turns, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0,
-                     True)),
-        (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), (q_bars.index(1), ) + ring_bars,
-                     (b, h, pid_bh, start_m + QROWS), ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K,
-                     causal_offset, qk_scale, turns, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False,
-                     num_warps, 1, True)),
-        (_pingpong_producer, ((q_desc, k_desc, v_desc), (q_bufs, k_bufs, v_bufs), (q_bars, ) + ring_bars,
-                              (b, h, pid_bh, start_m), end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV)),
-    ], [num_warps, PRODUCER_WARPS], [PP_CONSUMER_REGS, PRODUCER_REGS])
+    bars0 = (q_bars.index(0), ) + ring_bars
+    bars1 = (q_bars.index(1), ) + ring_bars
+    producer_bufs = (q_bufs, k_bufs, v_bufs)
+    producer_bars = (q_bars, ) + ring_bars
+    # the constexprs of _consumer stay literal in each argument tuple (a constexpr that travels in a
+    # tuple variable reaches the callee as a runtime value)
+    if CONSUMERS == 2:
+        gl.warp_specialize([
+            (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), bars0, (b, h, pid_bh, start_m), ranges, ROWS,
+                         PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
+                         NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0, CONSUMERS)),
+            (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), bars1, (b, h, pid_bh, start_m + QROWS), ranges,
+                         ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
+                         NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 1, CONSUMERS)),
+            (_pingpong_producer, ((q_desc, k_desc, v_desc), producer_bufs, producer_bars, (b, h, pid_bh, start_m),
+                                  end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV, CONSUMERS)),
+        ], [num_warps, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), bars0, (b, h, pid_bh, start_m), ranges, ROWS,
+                         PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
+                         NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0, CONSUMERS)),
+            (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), bars1, (b, h, pid_bh, start_m + QROWS), ranges,
+                         ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
+                         NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 1, CONSUMERS)),
+            (_consumer, (descs, (q_bufs.index(2), k_bufs, v_bufs), (q_bars.index(2), ) + ring_bars,
+                         (b, h, pid_bh, start_m + 2 * QROWS), ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K,
+                         causal_offset, qk_scale, turns, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP,
+                         False, num_warps, 2, CONSUMERS)),
+            (_pingpong_producer, ((q_desc, k_desc, v_desc), producer_bufs, producer_bars, (b, h, pid_bh, start_m),
+                                  end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV, CONSUMERS)),
+        ], [num_warps, num_warps, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
 
 # ---------------------------------------------------------------------------------------------
 # launcher
 # ---------------------------------------------------------------------------------------------
 def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
-                   warp_specialize: bool = True, overlap: bool = True, pingpong: bool = False, out=None):
+                   warp_specialize: bool = True, overlap: bool = True, pingpong: bool = False, out=None,
+                   consumers: int = 2):
     """(out (B, H, N_q, d) in q's dtype, row statistics (B, H, 3, N_q) float32) of
     softmax(q k^T * scale) v: per query row [lse, m, log2(l)] as the portable forward stores them
     (:func:`kernels.launch_args.new_row_stats`; the lse is ``[:, :, 0]``), which the backward
@@ -556,6 +586,9 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     ``pingpong=True`` runs the ping-pong schedule (:func:`hopper_attention_fwd_pingpong_kernel`: two
     consumer warpgroups in their own partitions that alternate at the tensor cores, with or without
     ``overlap``); it is warp-specialised by construction, so it needs ``warp_specialize=True``.
+    ``consumers``: the ping-pong schedule's consumer warpgroups, 2 (128 query rows per program) or 3
+    (192 rows and 64-key tiles; d = 64 only: the registers of three warpgroups hold no more, see
+    :data:`PP_CONFIG`).
     ``out``: the (B, H, N_q, d) tensor to write O into (q's dtype and device, any strides TMA
     accepts, e.g. :func:`kernels.launch_args.new_output`'s layout); default a new contiguous one.
     """
@@ -564,6 +597,12 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
 
     if pingpong and not warp_specialize:
         raise ValueError("the ping-pong schedule is warp-specialised: pingpong=True needs warp_specialize=True")
+    if consumers not in PP_CONFIG or (consumers != 2 and not pingpong):
+        raise ValueError(f"consumers={consumers}: the ping-pong schedule (pingpong=True) takes 2 or 3 consumer "
+                         "warpgroups; the other schedules have their own")
+    if consumers == 3 and q.shape[-1] != 64:
+        raise ValueError(f"consumers=3 needs head_dim 64 (three warpgroups' registers hold a 64-wide O), "
+                         f"got {q.shape[-1]}")
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     if k.shape != v.shape or tuple(k.shape) != (B, H, n_k, d):
@@ -591,12 +630,14 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     pad, stride_pb, stride_pn = padding_args(key_padding_mask, B, n_k, row_stats)
     grid = (triton.cdiv(n_q, BLOCK_M), B * H)
     if pingpong:
-        hopper_attention_fwd_pingpong_kernel[grid](
-            tma_descriptor(q, PP_ROWS), tma_descriptor(k, BLOCK_N), tma_descriptor(v, BLOCK_N),
+        cap, consumer_regs, block_n = PP_CONFIG[consumers]
+        hopper_attention_fwd_pingpong_kernel[(triton.cdiv(n_q, consumers * PP_ROWS), B * H)](
+            tma_descriptor(q, PP_ROWS), tma_descriptor(k, block_n), tma_descriptor(v, block_n),
             tma_descriptor(out, PP_ROWS),
             row_stats, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
             STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
-            OVERLAP=bool(overlap), num_warps=PP_WARPS, maxnreg=MAXNREG)
+            OVERLAP=bool(overlap), CONSUMERS=consumers, CONSUMER_REGS=consumer_regs, num_warps=PP_WARPS,
+            maxnreg=cap)
         return out, row_stats
     options = {"num_warps": NUM_WARPS}
     if warp_specialize:

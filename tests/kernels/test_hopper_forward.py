@@ -28,10 +28,26 @@ SHAPES = [(2, 3, 256, 256), (1, 2, 200, 333), (2, 2, 513, 129), (1, 1, 64, 1000)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("padded", [False, True], ids=["nomask", "mask"])
 def test_hopper_forward_matches_the_reference(warp_specialize, overlap, pingpong, d, causal, padded):
+    dtypes = (torch.bfloat16, torch.float16) if (warp_specialize and overlap) else (torch.bfloat16,)
+    _check_against_the_reference(d, causal, padded, dtypes, warp_specialize=warp_specialize, overlap=overlap,
+                                 pingpong=pingpong)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["pp3", "pp3-overlap"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("padded", [False, True], ids=["nomask", "mask"])
+def test_hopper_pingpong_with_three_consumers_matches_the_reference(overlap, causal, padded):
+    """The ping-pong schedule with three consumer warpgroups (192 query rows per program, 64-key tiles;
+    d = 64 only)."""
+    _check_against_the_reference(64, causal, padded, (torch.bfloat16, torch.float16), overlap=overlap,
+                                 pingpong=True, consumers=3)
+
+
+def _check_against_the_reference(d, causal, padded, dtypes, **schedule):
     from kernels.hopper_attention import hopper_forward
 
     g = torch.Generator(device="cuda").manual_seed(d)
-    for dtype in (torch.bfloat16, torch.float16) if (warp_specialize and overlap) else (torch.bfloat16,):
+    for dtype in dtypes:
         for B, H, n_q, n_k in SHAPES:
             q = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
             k = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
@@ -40,8 +56,7 @@ def test_hopper_forward_matches_the_reference(warp_specialize, overlap, pingpong
             if padded:
                 mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
                 mask[0] = True  # a batch entry with every key padded
-            out, row_stats = hopper_forward(q, k, v, mask, causal, None, warp_specialize=warp_specialize,
-                                            overlap=overlap, pingpong=pingpong)
+            out, row_stats = hopper_forward(q, k, v, mask, causal, None, **schedule)
             lse, row_max, log2_l = row_stats.double().unbind(2)
             ref, ref_lse = attention_reference(q, k, v, key_padding_mask=mask, causal=causal,
                                                softmax_scale=1 / math.sqrt(d))
@@ -83,3 +98,8 @@ def test_hopper_pingpong_needs_warp_specialisation():
     q = torch.randn(1, 1, 128, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="warp_specialize"):
         hopper_forward(q, q, q, warp_specialize=False, pingpong=True)
+    with pytest.raises(ValueError, match="consumers=3 needs head_dim 64"):
+        q128 = torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16)
+        hopper_forward(q128, q128, q128, pingpong=True, consumers=3)
+    with pytest.raises(ValueError, match="consumers=3: the ping-pong schedule"):
+        hopper_forward(q, q, q, consumers=3)

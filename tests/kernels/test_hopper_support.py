@@ -172,3 +172,18 @@ def test_hopper_forward_checks_the_output_it_is_given():
     good = torch.empty(1, 16, 2, 64, dtype=torch.bfloat16).transpose(1, 2)
     with pytest.raises(ValueError, match="sm_90"):
         hopper.hopper_forward(q, q, q, out=good)
+
+
+def test_the_three_consumer_pingpong_forward_is_refused_where_it_does_not_apply():
+    """Three ping-pong consumers only with pingpong=True and at head_dim 64 (checked before any launch)."""
+    import torch
+
+    hopper = pytest.importorskip("kernels.hopper_attention", reason="this Triton has no Gluon")
+    q64, q128 = (torch.zeros(1, 1, 64, d, dtype=torch.bfloat16) for d in (64, 128))
+    with pytest.raises(ValueError, match="consumers=3 needs head_dim 64"):
+        hopper.hopper_forward(q128, q128, q128, pingpong=True, consumers=3)
+    with pytest.raises(ValueError, match="consumers=3: the ping-pong schedule"):
+        hopper.hopper_forward(q64, q64, q64, consumers=3)
+    with pytest.raises(ValueError, match="consumers=4"):
+        hopper.hopper_forward(q64, q64, q64, pingpong=True, consumers=4)
+    assert sorted(hopper.PP_CONFIG) == [2, 3] and hopper.PP_CONFIG[3][2] == 64
