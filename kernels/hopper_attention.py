@@ -32,7 +32,9 @@ How it is built:
   here the two take turns at issuing their wgmmas (an mbarrier hand-off), which offsets them by
   half an iteration: one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
   Each warpgroup runs the same tiles and instructions on its rows as in the 8-warp consumer (with or
-  without ``OVERLAP``), so the results are the same.
+  without ``OVERLAP``), so the results are the same. With three consumers (``consumers=3``, d = 64:
+  192 query rows per program on 64-key tiles, the register budget of 16 warps) the turns rotate over
+  the three.
 - The key loop runs in two parts, like the portable kernel: tiles every row sees in full (no
   element mask) and the causal diagonal / ragged last tile (masked).
 
