@@ -80,7 +80,10 @@ def test_kernel_grid_resumes_and_passes_the_time_left(tmp_path):
     proc, calls = run_recipe(SCRIPTS / "kernel_grid.sh", tmp_path, "10")
     assert proc.returncode == 0, proc.stderr
     bench = [c["argv"] for c in calls if c["argv"][:2] == ["bench", "kernels"]]
-    assert [a[a.index("--name") + 1] for a in bench] == ["dense", "block_sparse", "approx", "dropout"]
+    assert [a[a.index("--name") + 1] for a in bench] == ["dense", "hopper", "block_sparse", "approx", "dropout"]
+    hopper = bench[1]
+    assert hopper[hopper.index("--impls") + 1:hopper.index("--passes")] == [
+        "ours", "ours_portable", "ours_hopper_pp", "ours_hopper_pp3", "sdpa_cudnn"]
     for argv in bench:
         assert "--resume" in argv
         assert 0 < float(argv[argv.index("--time-budget") + 1]) <= 600
