@@ -233,6 +233,7 @@ class _Running:
     def stop(self, outcome) -> None:
         with self.lock:
             self.runs.pop(outcome.run.label, None)
+            self.first_step.pop(outcome.run.label, None)
             self.ended.add(outcome.run.label)
             if outcome.status != "running":   # a run another process holds says nothing of this sweep's pace
                 steps = (outcome.record or {}).get("steps")

@@ -286,7 +286,7 @@ def record_sections(summary: pd.DataFrame, published: pd.DataFrame | None = None
         "Speed from": summary["speed_source"].fillna("").replace("", NO_VALUE),
         "Step (ms)": summary["step_ms"].map(_value(lambda v: f"{v:.1f}")),
         "Best at step": summary["best_step"].map(_value(lambda v: f"{v:,.0f}")),
-        "Time to best": [("≈ " if estimated is True else "") + _value(format_duration)(t) if np.isfinite(t) else NO_VALUE
+        "Time to best": [("≈ " if estimated else "") + _value(format_duration)(t)
                          for t, estimated in zip(summary["time_to_best_s"], summary["time_to_best_estimated"])],
         "Peak GB": summary["peak_mem_gb"].map(_value(lambda v: f"{v:.2f}")),
         "Notes": summary["notes"].fillna(""),
