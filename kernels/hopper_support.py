@@ -19,7 +19,7 @@ HEAD_DIMS = (64, 128)
 DTYPES = ("float16", "bfloat16")
 _ELEM_BYTES = 2  # float16 / bfloat16
 TMA_ALIGN = 16  # bytes: TMA's base address and every stride but the innermost
-# head dim -> least N_k at which the ping-pong forward beats the portable one: results/kernels/hopper_pp_h200.md
+# head dim -> least N_k at which the ping-pong forward beats the portable one: results/kernels/hopper_dispatch_h200.md
 PINGPONG_MIN_KEYS = {128: 1, 64: 2048}
 
 

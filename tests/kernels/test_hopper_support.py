@@ -118,7 +118,7 @@ def test_eager_dense_forward_takes_the_hopper_kernel():
     (32, 4096, False), (96, 4096, False), (16, 16384, False),
 ])
 def test_hopper_forward_speed_rule(head_dim, n_k, takes):
-    """d = 128 at any N_k, d = 64 from N_k = 2048 (results/kernels/hopper_pp_h200.md); no other head dim."""
+    """d = 128 at any N_k, d = 64 from N_k = 2048 (results/kernels/hopper_dispatch_h200.md); no other head dim."""
     d = head_dim
     strides = ((4 * n_k * d, n_k * d, d, 1),) * 4
     assert takes_hopper_forward(**dict(TAKES, head_dim=d, n_k=n_k, strides=strides)) is takes
