@@ -52,6 +52,7 @@ from lra.progress_bar import StepProgressBar
 from lra.run_progress import StepLines
 from lra.records import write_record
 from lra.run_lock import RunLock
+from lra.term_signal import ending_on_sigterm
 from tasks.base import data_record, identity_id
 
 MONITOR = "val/acc"
@@ -371,12 +372,14 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
     locked = functools.partial(_train_locked, config, runtime, dm, module, spec, resume=resume, force=force,
                                callbacks=callbacks, progress_bar=progress_bar, runs_per_gpu=runs_per_gpu)
     if not is_global_zero():
-        return locked()
+        with ending_on_sigterm():
+            return locked()
     check_data(dm)  # missing or corrupt data: a clear error before the run folder exists
     # the run folder's lock before anything in it is read or written: one trainer per run folder
     lock = RunLock(config.run_dir()).acquire()
     try:
-        return locked()
+        with ending_on_sigterm():
+            return locked()
     except BaseException:
         lock.discard()  # a run refused under the lock leaves no folder it created behind
         raise

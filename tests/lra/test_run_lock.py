@@ -138,7 +138,9 @@ def test_a_killed_sweep_takes_its_child_along_and_the_next_sweep_resumes(tmp_pat
         time.sleep(0.2)
     assert _gone(child), "the sweep's child outlived it"
     assert holder(run_dir) is None
-    assert json.loads((run_dir / "result.json").read_text())["status"] == "interrupted"
+    record = json.loads((run_dir / "result.json").read_text())
+    log = (run_dir / "train.log").read_text(errors="replace")[-3000:] if (run_dir / "train.log").exists() else ""
+    assert record["status"] == "interrupted", f"{record['status']}: {record.get('error')}\n{log}"
     assert main([*argv[3:], "--dry-run"]) == 0
     plan = capsys.readouterr().out
     assert "1 resume" in plan and "resuming from last.ckpt" in plan, plan
