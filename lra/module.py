@@ -110,12 +110,22 @@ class LraModule(pl.LightningModule):
         logits, loss = self._loss(batch)
         labels = batch["label"]
         # this batch's accuracy as a plain tensor: logging a torchmetrics object costs its forward and
-        # Lightning's per-call move of the metric, over a millisecond of host time per step, which a
-        # host-bound GPU step pays in full
-        accuracy = (logits.detach().argmax(dim=-1) == labels).float().mean()
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=labels.shape[0])
-        self.log("train/acc", accuracy, on_step=True, on_epoch=False, batch_size=labels.shape[0])
+        # Lightning's per-call move of the metric, over a millisecond of host time per step
+        if self._logs_this_step():
+            accuracy = (logits.detach().argmax(dim=-1) == labels).float().mean()
+            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=labels.shape[0])
+            self.log("train/acc", accuracy, on_step=True, on_epoch=False, batch_size=labels.shape[0])
         return loss
+
+    def _logs_this_step(self) -> bool:
+        """The first, every `log_every_n_steps`-th and the last step, those whose metrics the loggers
+        write: each `self.log` costs host time (Lightning's result bookkeeping and device moves) that a
+        host-bound GPU step pays in full, also on the steps whose values no logger keeps."""
+        trainer = self._trainer
+        if trainer is None:
+            return True
+        step, every, last = self.global_step, max(1, int(trainer.log_every_n_steps or 1)), trainer.max_steps
+        return step == 0 or (step + 1) % every == 0 or (last is not None and last > 0 and step + 1 >= last)
 
     def _evaluation_step(self, batch: dict, metric: MulticlassAccuracy, stage: str) -> None:
         """Loss and accuracy accumulated over the split, logged at its end (synchronised under DDP)."""

@@ -78,6 +78,8 @@ def test_listops_run_writes_record_logs_and_checkpoints(tmp_path, data_dir, caps
     # per logged training step: the loss and that batch's accuracy (a multiple of 1/8 at batch 8)
     train_rows = metrics.dropna(subset=["train/acc"])
     assert len(train_rows) >= 1 and train_rows["train/loss"].notna().all()
+    # logged only on the steps the logger writes (every log_every_n_steps = 3 here, and the last)
+    assert sorted(train_rows["step"]) == [2, 5]
     assert ((train_rows["train/acc"] * 8).round(6) % 1 == 0).all() and train_rows["train/acc"].between(0, 1).all()
     assert metrics["val/acc"].dropna().between(0, 1).all()
     best = list((run_dir / "checkpoints").glob("best-step*.ckpt"))
