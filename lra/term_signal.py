@@ -8,7 +8,7 @@ kernel sends its child the parent-death signal (`lra.sweep`) again each time it 
 another of the sweep's threads.
 
 `ending_on_sigterm` installs the handler that Lightning finds and calls after its own: inside a fit
-it leaves the stop to Lightning; outside one (data set-up, the test) the first SIGTERM raises
+it leaves the stop to Lightning; outside one (the record writing around it, the test) the first SIGTERM raises
 KeyboardInterrupt, which the run records as interrupted; every later SIGTERM is ignored until the
 block ends.
 """
