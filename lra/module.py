@@ -121,11 +121,12 @@ class LraModule(pl.LightningModule):
         """The first, every `log_every_n_steps`-th and the last step, those whose metrics the loggers
         write: each `self.log` costs host time (Lightning's result bookkeeping and device moves) that a
         host-bound GPU step pays in full, also on the steps whose values no logger keeps."""
-        trainer = self._trainer
+        trainer = self._trainer  # Lightning's own rule (`_LoggerConnector.should_update_logs`) is private
         if trainer is None:
             return True
-        step, every, last = self.global_step, max(1, int(trainer.log_every_n_steps or 1)), trainer.max_steps
-        return step == 0 or (step + 1) % every == 0 or (last is not None and last > 0 and step + 1 >= last)
+        step = self.global_step
+        every = max(1, trainer.log_every_n_steps)
+        return step == 0 or (step + 1) % every == 0 or 0 < trainer.max_steps <= step + 1
 
     def _evaluation_step(self, batch: dict, metric: MulticlassAccuracy, stage: str) -> None:
         """Loss and accuracy accumulated over the split, logged at its end (synchronised under DDP)."""

@@ -371,20 +371,19 @@ def train(config: RunConfig, *, resume: bool = False, force: bool = False, callb
         check_compatible(read_checkpoint(init_from), config.model, spec)
     locked = functools.partial(_train_locked, config, runtime, dm, module, spec, resume=resume, force=force,
                                callbacks=callbacks, progress_bar=progress_bar, runs_per_gpu=runs_per_gpu)
-    if not is_global_zero():
-        with ending_on_sigterm():
+    with ending_on_sigterm():
+        if not is_global_zero():
             return locked()
-    check_data(dm)  # missing or corrupt data: a clear error before the run folder exists
-    # the run folder's lock before anything in it is read or written: one trainer per run folder
-    lock = RunLock(config.run_dir()).acquire()
-    try:
-        with ending_on_sigterm():
+        check_data(dm)  # missing or corrupt data: a clear error before the run folder exists
+        # the run folder's lock before anything in it is read or written: one trainer per run folder
+        lock = RunLock(config.run_dir()).acquire()
+        try:
             return locked()
-    except BaseException:
-        lock.discard()  # a run refused under the lock leaves no folder it created behind
-        raise
-    finally:
-        lock.release()
+        except BaseException:
+            lock.discard()  # a run refused under the lock leaves no folder it created behind
+            raise
+        finally:
+            lock.release()
 
 
 def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, spec: DataSpec, *, resume: bool,
