@@ -5,8 +5,8 @@
 #   scripts/lra_table.sh OUT [MINUTES]
 #
 # Data in $DATA (default OUT/data; generated once, reused), runs in OUT/runs, solo speed benchmarks
-# in OUT/speed (once the runs are done), tables in OUT/table.{md,tex} and
-# OUT/table-{accuracy,efficiency}.csv, figures in OUT/plots. RUNS_PER_GPU runs share each GPU (default 7). With MINUTES every run stops resumably at the deadline; running
+# in OUT/speed (once the runs are done), tables in OUT/table.{md,csv,tex}, figures in OUT/plots.
+# RUNS_PER_GPU runs share each GPU (default 7). With MINUTES every run stops resumably at the deadline; running
 # the same command again skips completed runs and resumes the others from their last checkpoint.
 # A part of the grid: TASKS, ATTENTIONS, SEEDS (space-separated lists; default the whole table).
 # COMPILE_MODE=reduce-overhead trains under CUDA graphs (a speed setting; the run ids stay the same).
