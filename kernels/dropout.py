@@ -25,7 +25,8 @@ exactly the forward's mask.
 Backward (:func:`fused_backward`): under dropout it runs in one pass by default, FlashAttention-2
 style: the dK/dV kernel also computes each query tile's dQ share and adds it into a float32 buffer
 with ``tl.atomic_add``, so the mask is generated and the probabilities recomputed once instead of
-twice (at the LRA head dims the random numbers bound the backward; results/kernels/dropout/backward/).
+twice (at the LRA head dims the random numbers bound the backward; timings: results/kernels/README.md,
+"Attention dropout 0.1").
 The atomics add in an order that varies from run to run, so dQ is not deterministic in its last bits
 (dK and dV are). Under ``torch.use_deterministic_algorithms(True)`` (Lightning's
 ``deterministic=True``), and always without dropout, the two-pass backward runs instead: dK/dV over

@@ -102,9 +102,10 @@ def padded_head_dim(head_dim: int) -> int:
 
 
 # Tables per padded head dim, (fwd, dkdv, dq); each entry the winner of `python -m kernels.tuning` on an
-# H200 (the timings: results/kernels/tuning/ and results/kernels/sparse_grid/s9_call1_dc8f0fa/).
+# H200. The tuning JSONs named below are kept in git history, not in the tree
+# (`git ls-tree -r 01687b4^ results/kernels` lists them; `git show 01687b4^:PATH` prints one).
 # Head dim 16 reuses 32's entries. 8 warps = two 64-row warpgroups.
-# 16-bit inputs (results/kernels/tuning/tuning_d64_d32_h200.json, tuning_d128_h200.json):
+# 16-bit inputs (tuning_d64_d32_h200.json, tuning_d128_h200.json):
 _GPU_16BIT: dict[int, Tiles] = {
     16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(64, 64, 4, 3)),
     32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(32, 128, 4, 3), PassTiles(64, 64, 4, 3)),
@@ -120,13 +121,13 @@ _GPU_FP32: dict[int, Tiles] = {
 }
 # 16-bit inputs with attention dropout, replacing _GPU_16BIT's entries (the Philox random numbers raise
 # register pressure); a head dim not listed uses _GPU_16BIT's. The two-pass backward's tiles:
-# results/kernels/tuning/tuning_dropout_d32_d64_h200.json, tuning_dropout_split_dkdv_dq_h200.json.
+# tuning_dropout_d32_d64_h200.json, tuning_dropout_split_dkdv_dq_h200.json.
 _GPU_16BIT_DROPOUT: dict[int, Tiles] = {
     32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
     64: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 64, 4, 3), PassTiles(64, 64, 4, 3)),
 }
 # The one-pass dropout backward (kernels.dropout.fused_backward) holds a dQ tile in its dK/dV kernel, so
-# that kernel has tiles of its own (results/kernels/tuning/tuning_dropout_fused_dkdv_h200.json).
+# that kernel has tiles of its own (tuning_dropout_fused_dkdv_h200.json).
 _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
     16: PassTiles(64, 64, 4, 3),
     32: PassTiles(64, 64, 4, 3),
@@ -134,7 +135,7 @@ _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
 }
 # 16-bit block-sparse calls without dropout, replacing _GPU_16BIT's entries before the clamp to the
 # block size: the geometric mean over the local and BigBird layouts at N = 4K and 16K
-# (results/kernels/sparse_grid/s9_call1_dc8f0fa/tune_sparse_combined_d*.json).
+# (tune_sparse_combined_d32.json, tune_sparse_combined_d64.json).
 _GPU_16BIT_SPARSE: dict[int, Tiles] = {
     16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(128, 32, 4, 3)),
     32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(128, 32, 4, 3)),

@@ -14,9 +14,9 @@ Path-64 -> Path-X / Path-256 in the FlashAttention paper's recipe).
 per column and adds them: position (i, j) gets row[i] + col[j], a factorised 2-D embedding. Pixels
 of the same row or column share a component, so the model starts with a notion of 2-D
 neighbourhood that a free (H, W, dim) table has to learn pixel by pixel. Not the papers' setting;
-an option for the Pathfinder learnability probes (results/pathfinder/). It is a
-grid too: duplicating each row and column vector `factor` times is exactly grid duplication of the
-summed (H, W, dim) table (`upsample_axial`).
+an option for Pathfinder learnability experiments. It is a grid too: duplicating each row and
+column vector `factor` times is exactly grid duplication of the summed (H, W, dim) table
+(`upsample_axial`).
 """
 from __future__ import annotations
 
