@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
                         help="recipe of lra/presets/transfer/<target>.yaml: <target>-transfer (the paper's, default), "
                              "smoke (CPU miniature), cpu (Path-64 -> the target on the real image sizes, CPU "
                              "scale); for pathx also mini (Pathfinder-32 -> 64) and curriculum "
-                             "(Pathfinder-32 -> 64 -> Path-X with augmentation: what took our runs off chance)")
+                             "(Pathfinder-32 -> 64 -> Path-X with augmentation: the chain under which our runs leave chance)")
     parser.add_argument("--attention", default=None,
                         help="attention of the target stages (default: the recipe's: flash for pathx, "
                              "flash_sparse for path256)")
