@@ -297,8 +297,9 @@ class StopAt(pl.Callback):
     """Interrupt a fit at the first optimizer-step boundary at or after `deadline` (Unix seconds), as
     Ctrl-C would: `SaveOnInterrupt` writes last.ckpt at that step, the record says "interrupted" and
     `--resume` (or the next `lra sweep`) continues. `lra train` reads the deadline from $LRA_STOP_AT,
-    so that runs spread over several calls of a machine with a time limit stop in time and lose
-    nothing. Under DDP rank 0's clock decides for all ranks, every `DDP_EVERY` steps.
+    so that a run that must end by a fixed time (a batch job's wall-clock limit, a recipe's time
+    budget) stops in time and loses nothing. Under DDP rank 0's clock decides for all ranks, every
+    `DDP_EVERY` steps.
 
     Lightning's `max_time` lacks this: it is a training-time budget after which the run counts as
     finished (tested, completed), and it restarts with each run of a sweep rather than naming one

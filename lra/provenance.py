@@ -12,8 +12,8 @@ from pathlib import Path
 def git_revision(path: str | Path | None = None) -> str:
     """Short git revision of the checkout holding `path` (default: this package), '+dirty' if modified.
 
-    Machines that receive a copy of the tree without `.git` (e.g. a lent GPU box) pass the revision
-    in the environment variable LRA_GIT_REV instead.
+    Machines that receive a copy of the tree without `.git` (e.g. a remote GPU machine the sources are
+    copied to) pass the revision in the environment variable LRA_GIT_REV instead.
     """
     if os.environ.get("LRA_GIT_REV"):
         return os.environ["LRA_GIT_REV"]
