@@ -150,7 +150,7 @@ def test_a_fine_tune_and_its_scratch_baseline_are_labelled_by_their_start(tmp_pa
 
     root = tmp_path / "runs"
     base = {"model": {"dim": 64}, "train": {"batch_size": 32, "init_from": None}}
-    ckpt = ".keep/runs9/T1/pathfinder64/flash/paper-n4096-s0-89fba98d/checkpoints/best-step10500.ckpt"
+    ckpt = "pretrain/runs/pathfinder64/flash/paper-n4096-s0-89fba98d/checkpoints/best-step10500.ckpt"
     tuned = {**base, "train": {"batch_size": 32, "init_from": ckpt}}
     record(root, "pathx", "flash", 0, acc=0.52, run_id="paper-n16384-s0-aaaa", config=tuned, seq_len=16384)
     record(root, "pathx", "flash", 0, acc=0.50, run_id="paper-n16384-s0-bbbb", config=base, seq_len=16384)
