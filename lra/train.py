@@ -56,6 +56,7 @@ from lra.term_signal import ending_on_sigterm
 from tasks.base import data_record, identity_id
 
 MONITOR = "val/acc"
+ERROR_LOG = "error.log"  # the traceback of a run that failed, beside its record
 
 
 class _DropAdverts(logging.Filter):
@@ -427,6 +428,8 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
             for sub in (CHECKPOINT_DIR, "logs", "tensorboard"):
                 shutil.rmtree(run_dir / sub, ignore_errors=True)
         run_dir.mkdir(parents=True, exist_ok=True)
+        # the traceback of an earlier attempt's failure would sit beside this attempt's record
+        (run_dir / ERROR_LOG).unlink(missing_ok=True)
         (run_dir / "config.yaml").write_text(
             yaml.safe_dump({"config": config.to_dict(), "data_spec": spec.to_dict()}, sort_keys=False))
     created = (existing or {}).get("created") if resume_from else None
@@ -481,7 +484,8 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
         if rank0:
             try:
                 record(status, text)
-                (run_dir / "error.log").write_text(tb)
+                if status != "interrupted":  # a stop (deadline, signal, Ctrl-C) is no error to debug
+                    (run_dir / ERROR_LOG).write_text(tb)
             except OSError as again:  # e.g. the disk that failed the run: the record may still say running
                 print(f"lra: could not record the run's end in {record_path} ({_error_text(again)}); "
                       f"`lra train --resume` or the next sweep continues it from {last}", file=sys.stderr)

@@ -194,6 +194,7 @@ def test_resume_after_interruption_repeats_no_step(tmp_path, data_dir):
 
     counter = CountBatches()
     rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
+    assert not (config.run_dir() / "error.log").exists()  # the failure's traceback went with its record
     assert counter.steps == [6, 7, 8]  # exactly the missing steps
     assert rec["status"] == "completed" and rec["steps"] == 8
     assert [p["step"] for p in rec["val_acc_curve"]] == [3, 6, 8]  # the point before the interruption is kept
@@ -279,6 +280,7 @@ def test_lra_stop_at_stops_gracefully_and_the_run_resumes(tmp_path, data_dir, mo
     rec = load(config.run_dir() / "result.json")
     assert rec["status"] == "interrupted" and rec["steps"] == 1
     assert rec["error"] == "interrupted ($LRA_STOP_AT deadline reached at step 1)"
+    assert not (config.run_dir() / "error.log").exists()  # a stop is no error: no traceback beside it
     last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 1
     monkeypatch.setenv("LRA_STOP_AT", str(10**12))   # far away: installed, never due
