@@ -5,7 +5,8 @@
 #   scripts/lra_table.sh OUT [MINUTES]
 #
 # Data in $DATA (default OUT/data; generated once, reused), runs in OUT/runs, solo speed benchmarks
-# in OUT/speed (once the runs are done), tables in OUT/table.{md,csv,tex}, figures in OUT/plots.
+# in OUT/speed (once the runs are done), the training step across lengths in OUT/speed/efficiency.csv
+# and OUT/efficiency.md, tables in OUT/table.{md,csv,tex}, figures in OUT/plots.
 # RUNS_PER_GPU runs share each GPU (default 7). With MINUTES every run stops resumably at the deadline; running
 # the same command again skips completed runs and resumes the others from their last checkpoint.
 # A part of the grid: TASKS, ATTENTIONS, SEEDS (space-separated lists; default the whole table).
@@ -48,6 +49,16 @@ for task in "${TASKS[@]}"; do
     --out "$OUT/speed/bench_$task.csv"
   [[ -f "$OUT/speed/bench_$task.csv" ]] && speed+=(--speed "$OUT/speed/bench_$task.csv")
 done
+
+# the efficiency half of the table: the same model's training step and peak memory for every
+# attention at N = 1K-16K at the Pathfinder batch (256 x 1K tokens), compiled, alone on the GPU (out of
+# memory cells marked); measured once (cells resume), stopped at the deadline
+if ! budget_spent; then
+  timeout "$(budget_left_s)" ${LRA:-lra} bench models --regimes paper --seq-lens 1K 2K 4K 8K 16K --modes compiled \
+    --steps 20 --warmup 5 --attentions $ALL_ATTENTIONS --resume --out "$OUT/speed/efficiency.csv" || (( $? == 124 ))
+fi
+[[ -f "$OUT/speed/efficiency.csv" ]] && ${LRA:-lra} table efficiency --runs-dir "$RUNS" \
+  --bench "$OUT/speed/efficiency.csv" --out "$OUT/efficiency.md"
 
 # tables and figures of what has completed (a partial table says n = completed seeds per cell)
 ${LRA:-lra} table --runs-dir "$RUNS" "${speed[@]}" --out "$OUT/table.md"

@@ -144,7 +144,7 @@ def test_lra_table_runs_the_part_of_the_grid_it_is_given(tmp_path):
 def test_lra_table_times_each_attention_alone_at_its_tasks_batch(tmp_path):
     proc, calls = run_recipe(SCRIPTS / "lra_table.sh", tmp_path, env={"ATTENTIONS": "flash performer"})
     assert proc.returncode == 0, proc.stderr
-    benches = [c["argv"] for c in calls if c["argv"][:2] == ["bench", "models"]]
+    benches = [c["argv"] for c in calls if c["argv"][:2] == ["bench", "models"] and "--tokens-per-batch" in c["argv"]]
     assert [(b[b.index("--tokens-per-batch") + 1], b[b.index("--seq-lens") + 1]) for b in benches] == [
         ("64000", "2000"), ("262144", "1024")]  # ListOps 32 x 2,000 and Pathfinder-32 256 x 1,024 (the presets)
     # every attention of the table, not only the trained ones: its speed-ups are relative to softmax
@@ -160,6 +160,31 @@ def test_lra_table_times_each_attention_alone_at_its_tasks_batch(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for c in (c["argv"] for c in calls if c["argv"][0] in ("table", "plot")):
         assert c[c.index("--speed") + 1] == str(tmp_path / "out" / "speed" / "bench_listops.csv")
+
+
+def test_lra_table_measures_the_efficiency_half_across_lengths(tmp_path):
+    """Every attention's training step at the Pathfinder batch, compiled, N = 1K-16K, once the runs
+    are done, into OUT/speed/efficiency.csv (resumed cell by cell); its table once the CSV exists."""
+    out = tmp_path / "out"
+    proc, calls = run_recipe(SCRIPTS / "lra_table.sh", tmp_path, "30", env={"ATTENTIONS": "flash"})
+    assert proc.returncode == 0, proc.stderr
+    argvs = [c["argv"] for c in calls]
+    efficiency = next(a for a in argvs if a[:2] == ["bench", "models"] and "--regimes" in a)
+    assert efficiency[efficiency.index("--regimes") + 1] == "paper"
+    assert efficiency[efficiency.index("--seq-lens") + 1:efficiency.index("--modes")] == ["1K", "2K", "4K", "8K", "16K"]
+    assert efficiency[efficiency.index("--modes") + 1] == "compiled" and "--resume" in efficiency
+    assert efficiency[efficiency.index("--attentions") + 1:efficiency.index("--resume")] == [
+        "softmax", "sdpa", "flash", "flash_sparse", "performer", "linformer", "bigbird"]
+    assert efficiency[efficiency.index("--out") + 1] == str(out / "speed" / "efficiency.csv")
+    assert argvs.index(efficiency) > next(i for i, a in enumerate(argvs) if a[0] == "sweep")
+    assert not any(a[:2] == ["table", "efficiency"] for a in argvs)  # the stub wrote no CSV
+    (out / "speed").mkdir(parents=True, exist_ok=True)
+    (out / "speed" / "efficiency.csv").write_text("attention\n")
+    proc, calls = run_recipe(SCRIPTS / "lra_table.sh", tmp_path, "30", env={"ATTENTIONS": "flash"})
+    assert proc.returncode == 0, proc.stderr
+    table = next(c["argv"] for c in calls if c["argv"][:2] == ["table", "efficiency"])
+    assert table[table.index("--bench") + 1] == str(out / "speed" / "efficiency.csv")
+    assert table[table.index("--out") + 1] == str(out / "efficiency.md")
 
 
 def test_lra_table_without_budget_passes_none(tmp_path):
