@@ -50,8 +50,9 @@ def add_arguments(parser: Parser) -> None:
                         help="attention options, e.g. sdpa.backend=cudnn flash_sparse.layout=butterfly")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm as in training (0 = off)")
-    parser.add_argument("--out", type=Path, default=Path("results/bench-models.csv"), metavar="FILE.csv",
-                        help="CSV to write; FILE.md and FILE.meta.json go next to it")
+    parser.add_argument("--out", type=Path, default=Path("results/models/models.csv"), metavar="FILE.csv",
+                        help="CSV to write; FILE.md and FILE.meta.json go next to it (default: the model-step topic "
+                             "folder, results/models/models.csv)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the cells already in --out (ok/oom/unsupported) and measure only the rest; a file "
                              "measured with other settings (tokens per batch, attention dropout, options, compile "
