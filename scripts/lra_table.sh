@@ -6,7 +6,8 @@
 #
 # Data in $DATA (default OUT/data; generated once, reused), runs in OUT/runs, solo speed benchmarks
 # in OUT/speed (once the runs are done), the training step across lengths in OUT/speed/efficiency.csv
-# and OUT/efficiency.md, tables in OUT/table.{md,csv,tex}, figures in OUT/plots.
+# and OUT/efficiency.md, tables in OUT/table.{md,csv,tex} (its compact view: OUT/headline.md), figures in
+# OUT/plots.
 # RUNS_PER_GPU runs share each GPU (default 7). With MINUTES every run stops resumably at the deadline; running
 # the same command again skips completed runs and resumes the others from their last checkpoint.
 # A part of the grid: TASKS, ATTENTIONS, SEEDS (space-separated lists; default the whole table).
@@ -62,6 +63,7 @@ fi
 
 # tables and figures of what has completed (a partial table says n = completed seeds per cell)
 ${LRA:-lra} table --runs-dir "$RUNS" "${speed[@]}" --out "$OUT/table.md"
+${LRA:-lra} table headline --runs-dir "$RUNS" "${speed[@]}" --out "$OUT/headline.md"
 ${LRA:-lra} table --runs-dir "$RUNS" "${speed[@]}" --format csv --out "$OUT/table.csv"
 ${LRA:-lra} table --runs-dir "$RUNS" "${speed[@]}" --format latex --out "$OUT/table.tex"
 ${LRA:-lra} plot --runs-dir "$RUNS" "${speed[@]}" --out "$OUT/plots"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lra.commands.parser import Parser, seq_len
 
-TABLES = ("record", "accuracy", "efficiency")
+TABLES = ("record", "headline", "accuracy", "efficiency")
 DEFAULT_TABLES = ("record",)
 FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}
 
@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
         description="record (default): the LRA table of record, one row per task × attention: test accuracy "
                     "mean ± std over seeds beside the FlashAttention paper's number, speed relative to the "
                     "softmax Transformer, time to best validation, peak memory, and where the setting departs "
-                    "from the paper's. accuracy: the papers' layout (attention × task, with both papers' numbers "
+                    "from the paper's. headline: its compact view, attention × task (test accuracy with the paper's "
+                    "number, speed-up, peak memory), as the README shows it. accuracy: the papers' layout (attention × task, with both papers' numbers "
                     "and Δ). efficiency: attention × sequence length (throughput, speedup over softmax, peak "
                     "memory, training time) from run records and `lra bench models` CSVs.")
     parser.add_argument("tables", nargs="*", default=[], metavar="TABLE",
@@ -124,7 +125,7 @@ def run(args) -> int:
         return 1
 
     published = None
-    if "accuracy" in wanted or "record" in wanted:
+    if {"accuracy", "record", "headline"} & set(wanted):
         try:
             published = pub.load_accuracy(args.published)
         except FileNotFoundError as err:
@@ -139,6 +140,11 @@ def run(args) -> int:
             summary = table.record_summary(records, published, baseline=args.baseline, speed=speed,
                                            tasks=args.tasks, attentions=args.attentions)
             sections = table.record_sections(summary, published, records, baseline=args.baseline)
+        elif name == "headline":
+            record = table.record_summary(records, published, baseline=args.baseline, speed=speed,
+                                          tasks=args.tasks, attentions=args.attentions)
+            summary = table.headline_summary(record)
+            sections = table.headline_sections(summary, record, records, baseline=args.baseline)
         elif name == "accuracy":
             summary = table.accuracy_summary(records, published, baseline=args.baseline)
             sections = table.accuracy_sections(summary, published, records)

@@ -7,7 +7,7 @@
 - `scope`: what a set of runs is (presets, devices, Triton interpreter), the line heading each table;
 - `record`, `accuracy`, `efficiency`: the tables (the LRA table of record; the papers' accuracy
   layout; throughput and memory per length), each a tidy numeric summary (`--format csv`) and
-  display sections;
+  display sections; `headline`: the table of record's compact view (attention x task);
 - `render`: display sections as Markdown or LaTeX, summaries as CSV;
 - `format`: cell formatting shared with the plots.
 
@@ -16,6 +16,7 @@ Standard deviations are sample standard deviations over seeds (ddof=1), so one s
 from lra.table.accuracy import accuracy_sections, accuracy_summary
 from lra.table.bench import BENCH_COLUMNS, load_bench, load_bench_frame, read_csv_file
 from lra.table.efficiency import EFFICIENCY_COLUMNS, efficiency_sections, efficiency_summary
+from lra.table.headline import HEADLINE_COLUMNS, headline_sections, headline_summary
 from lra.seq_len import parse_seq_len
 from lra.table.format import NO_VALUE, format_duration, format_rate, format_seq_len, is_missing
 from lra.table.load import filter_frame, load_run_records, normalise_records
@@ -24,9 +25,9 @@ from lra.table.render import FORMATS, Section, latex_escape, render, to_csv
 from lra.table.scope import scope_line
 
 __all__ = [
-    "BENCH_COLUMNS", "EFFICIENCY_COLUMNS", "FORMATS", "NO_VALUE", "RECORD_COLUMNS", "Section", "accuracy_sections",
+    "BENCH_COLUMNS", "EFFICIENCY_COLUMNS", "FORMATS", "HEADLINE_COLUMNS", "NO_VALUE", "RECORD_COLUMNS", "Section", "accuracy_sections",
     "accuracy_summary", "efficiency_sections", "efficiency_summary", "filter_frame", "format_duration", "format_rate",
-    "format_seq_len", "is_missing", "latex_escape", "load_bench", "load_bench_frame", "load_run_records",
+    "format_seq_len", "headline_sections", "headline_summary", "is_missing", "latex_escape", "load_bench", "load_bench_frame", "load_run_records",
     "normalise_records", "parse_seq_len", "read_csv_file", "record_sections", "record_summary", "render",
     "scope_line", "to_csv",
 ]

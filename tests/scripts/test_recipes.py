@@ -125,7 +125,9 @@ def test_lra_table_sweeps_the_paper_grid_within_the_budget(tmp_path):
     assert sweep[sweep.index("--seeds") + 1:sweep.index("--seeds") + 4] == ["0", "1", "2"]
     assert sweep[sweep.index("--runs-per-gpu") + 1] == "5"
     assert 0 < int(sweep[sweep.index("--budget-minutes") + 1]) <= 30
-    assert [c["argv"][0] for c in calls].count("table") == 3
+    tables = [c["argv"] for c in calls if c["argv"][0] == "table"]
+    assert len(tables) == 4 and tables[1][1] == "headline"
+    assert tables[1][tables[1].index("--out") + 1] == str(tmp_path / "out" / "headline.md")
 
 
 def test_lra_table_runs_the_part_of_the_grid_it_is_given(tmp_path):
