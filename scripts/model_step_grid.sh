@@ -8,9 +8,9 @@
 # Writes OUT/<regime>_<mode>.{csv,md,meta.json} (paper batch = 262,144 tokens per step, small =
 # 32,768; modes eager, compiled, cudagraphs = torch.compile mode reduce-overhead), OUT/user_<mode>.*
 # (`--model user`: the kernel as a drop-in in a plain torch.nn model), the baselines at the small
-# batch up to 64K, and OUT/efficiency.md. Every file resumes (`--resume` keeps measured
-# cells); with MINUTES no new file is started after the deadline, and running the same command
-# again measures what is missing.
+# batch up to 64K, OUT/efficiency.md and the README's compact view OUT/steps.md. Every file resumes
+# (`--resume` keeps measured cells); with MINUTES no new file is started after the deadline, and
+# running the same command again measures what is missing.
 set -euo pipefail
 OUT=${1:?usage: scripts/model_step_grid.sh OUT [MINUTES]}
 source "$(dirname "$0")/budget.sh"
@@ -49,4 +49,11 @@ csvs=()
 for f in "$OUT"/*.csv; do csvs+=(--bench "$f"); done
 mkdir -p "$OUT/no-runs"
 ${LRA:-lra} table efficiency --runs-dir "$OUT/no-runs" "${csvs[@]}" --out "$OUT/efficiency.md"
+# the README's compact view: SDPA / flash / flash_sparse per batch and mode of the LRA model
+steps=()
+for name in paper_compiled paper_eager small_compiled small_eager; do
+  [[ -f "$OUT/$name.csv" ]] && steps+=(--bench "$OUT/$name.csv")
+done
+(( ${#steps[@]} )) && ${LRA:-lra} table steps --runs-dir "$OUT/no-runs" --baseline sdpa \
+  --attentions sdpa flash flash_sparse "${steps[@]}" --out "$OUT/steps.md"
 echo "model-step grid complete: $OUT" >&2

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lra.commands.parser import Parser, seq_len
 
-TABLES = ("record", "headline", "accuracy", "efficiency")
+TABLES = ("record", "headline", "accuracy", "efficiency", "steps")
 DEFAULT_TABLES = ("record",)
 FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}
 
@@ -18,10 +18,13 @@ def add_parser(sub) -> None:
         description="record (default): the LRA table of record, one row per task × attention: test accuracy "
                     "mean ± std over seeds beside the FlashAttention paper's number, speed relative to the "
                     "softmax Transformer, time to best validation, peak memory, and where the setting departs "
-                    "from the paper's. headline: its compact view, attention × task (test accuracy with the paper's "
-                    "number, speed-up, peak memory), as the README shows it. accuracy: the papers' layout (attention × task, with both papers' numbers "
-                    "and Δ). efficiency: attention × sequence length (throughput, speedup over softmax, peak "
-                    "memory, training time) from run records and `lra bench models` CSVs.")
+                    "from the paper's. headline: its compact view, attention × task (test accuracy with the "
+                    "paper's number, speed-up, peak memory), as the README shows it. accuracy: the papers' layout "
+                    "(attention × task, with both papers' numbers and Δ). efficiency: attention × sequence length "
+                    "(throughput, speedup over softmax, peak memory, training time) from run records and "
+                    "`lra bench models` CSVs. steps: the model-step "
+                    "benchmark's compact view, batch and mode × length, ms per step of each attention (--bench "
+                    "CSVs) and flash's speed-up over --baseline, as the README shows it.")
     parser.add_argument("tables", nargs="*", default=[], metavar="TABLE",
                         help=f"any of {', '.join(TABLES)} (default: record)")
     add_source_arguments(parser)
@@ -148,6 +151,9 @@ def run(args) -> int:
         elif name == "accuracy":
             summary = table.accuracy_summary(records, published, baseline=args.baseline)
             sections = table.accuracy_sections(summary, published, records)
+        elif name == "steps":
+            summary = table.steps_summary(bench, baseline=args.baseline)
+            sections = table.steps_sections(summary, baseline=args.baseline)
         else:
             summary = table.efficiency_summary(records, bench, baseline=args.baseline)
             sections = table.efficiency_sections(summary, args.baseline, records)

@@ -7,7 +7,8 @@
 - `scope`: what a set of runs is (presets, devices, Triton interpreter), the line heading each table;
 - `record`, `accuracy`, `efficiency`: the tables (the LRA table of record; the papers' accuracy
   layout; throughput and memory per length), each a tidy numeric summary (`--format csv`) and
-  display sections; `headline`: the table of record's compact view (attention x task);
+  display sections; `headline`: the table of record's compact view (attention x task); `steps`: the
+  model-step benchmark's compact view (batch and mode x length);
 - `render`: display sections as Markdown or LaTeX, summaries as CSV;
 - `format`: cell formatting shared with the plots.
 
@@ -23,11 +24,12 @@ from lra.table.load import filter_frame, load_run_records, normalise_records
 from lra.table.record import RECORD_COLUMNS, record_sections, record_summary
 from lra.table.render import FORMATS, Section, latex_escape, render, to_csv
 from lra.table.scope import scope_line
+from lra.table.steps import STEPS_COLUMNS, steps_sections, steps_summary
 
 __all__ = [
-    "BENCH_COLUMNS", "EFFICIENCY_COLUMNS", "FORMATS", "HEADLINE_COLUMNS", "NO_VALUE", "RECORD_COLUMNS", "Section", "accuracy_sections",
+    "BENCH_COLUMNS", "EFFICIENCY_COLUMNS", "FORMATS", "HEADLINE_COLUMNS", "STEPS_COLUMNS", "NO_VALUE", "RECORD_COLUMNS", "Section", "accuracy_sections",
     "accuracy_summary", "efficiency_sections", "efficiency_summary", "filter_frame", "format_duration", "format_rate",
     "format_seq_len", "headline_sections", "headline_summary", "is_missing", "latex_escape", "load_bench", "load_bench_frame", "load_run_records",
     "normalise_records", "parse_seq_len", "read_csv_file", "record_sections", "record_summary", "render",
-    "scope_line", "to_csv",
+    "scope_line", "steps_sections", "steps_summary", "to_csv",
 ]

@@ -117,6 +117,19 @@ def test_model_step_grid_resumes_every_file(tmp_path):
     assert cudagraphs[cudagraphs.index("--compile-mode") + 1] == "reduce-overhead"
 
 
+def test_model_step_grid_writes_the_readme_steps_table_from_the_lra_model_files(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("paper_eager", "paper_compiled", "small_eager", "small_compiled", "user_eager"):
+        (out / f"{name}.csv").write_text("attention\n")
+    proc, calls = run_recipe(SCRIPTS / "model_step_grid.sh", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    steps = next(c["argv"] for c in calls if c["argv"][:2] == ["table", "steps"])
+    benches = [Path(steps[i + 1]).stem for i, a in enumerate(steps) if a == "--bench"]
+    assert benches == ["paper_compiled", "paper_eager", "small_compiled", "small_eager"]  # the LRA model only
+    assert steps[steps.index("--baseline") + 1] == "sdpa" and steps[steps.index("--out") + 1] == str(out / "steps.md")
+
+
 def test_lra_table_sweeps_the_paper_grid_within_the_budget(tmp_path):
     proc, calls = run_recipe(SCRIPTS / "lra_table.sh", tmp_path, "30", env={"RUNS_PER_GPU": "5"})
     assert proc.returncode == 0, proc.stderr
