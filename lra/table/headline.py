@@ -16,12 +16,14 @@ from lra.table.render import Section
 from lra.table.scope import scope_line
 
 # the tidy frame (`--format csv`): one row per task x attention of the tasks with runs
-HEADLINE_COLUMNS = ["task", "seq_len", "attention", "label", "ran", "n", "mean", "std", "at_chance", "published",
-                    "published_failed", "speedup", "peak_mem_gb"]
+_UNFINISHED = ("oom", "diverged", "failed", "interrupted", "running")  # run counts by status, shown without a result
+HEADLINE_COLUMNS = ["task", "seq_len", "attention", "label", "ran", "n", "mean", "std", "at_chance", *_UNFINISHED,
+                    "published", "published_failed", "speedup", "peak_mem_gb"]
 
 
 def headline_summary(record: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the table of record (`record_summary`) that ran, reduced to the headline's columns.
+    """The rows of the table of record (`record_summary`) of the tasks with runs (an attention not run
+    on such a task keeps its row: the paper's number, no result), reduced to the headline's columns.
     ValueError when a task and attention hold more than one row (runs of several presets, lengths,
     variants or data sets): the headline has one cell per task and attention, so narrow the runs with
     the filters (--presets, --seq-lens, --tasks) or read the full table of record."""
@@ -41,8 +43,9 @@ def headline_summary(record: pd.DataFrame) -> pd.DataFrame:
 
 
 def _accuracy(row, typical_n: int, compare: bool) -> str:
-    if row["n"] == 0:
-        text = NO_VALUE
+    if row["n"] == 0:  # no completed seed: why, as the table of record says it
+        status = next((st for st in _UNFINISHED if row["ran"] and row[st]), None)
+        text = NO_VALUE if status is None else "OOM" if status == "oom" else status
     else:
         text = f"{row['mean']:.1f}" + (f" ± {row['std']:.1f}" if row["n"] > 1 else "")
         if row["n"] != typical_n:

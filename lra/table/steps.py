@@ -60,9 +60,8 @@ def _cell(rows: pd.DataFrame, attentions: list[str], with_ratio: bool) -> str:
     for attention in attentions:
         if attention not in by_attention.index:
             parts.append(NO_VALUE)
-        elif by_attention.loc[attention, "status"] != "ok":
-            parts.append(str(by_attention.loc[attention, "status"]).upper()
-                         if by_attention.loc[attention, "status"] == "oom" else str(by_attention.loc[attention, "status"]))
+        elif (status := str(by_attention.loc[attention, "status"])) != "ok":
+            parts.append("OOM" if status == "oom" else status)
         else:
             text = f"{by_attention.loc[attention, 'ms_per_step']:.2f}"
             parts.append(f"**{text}**" if attention == fastest and len(ok) > 1 else text)
