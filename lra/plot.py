@@ -41,7 +41,6 @@ from lra import table  # noqa: E402
 
 PAGE_WIDTH_IN = 7.0
 PNG_DPI = 200
-KERNEL_COLUMNS = ("impl", "pass", "seq_len", "head_dim", "tflops", "status")
 LABEL_CHARS = 48  # longest legend label of a cell (variants with many differing settings are cut)
 
 
@@ -258,23 +257,6 @@ def _efficiency_figure(part: pd.DataFrame, out_dir, name: str, runs: pd.DataFram
 
 
 # ----------------------------------------------------------------------------------- kernels
-def load_kernels(paths: Iterable[str | Path]) -> pd.DataFrame:
-    frames = []
-    for path in map(Path, paths):
-        frame = table.read_csv_file(path, "write one with `lra bench kernels`")
-        missing = [c for c in KERNEL_COLUMNS if c not in frame.columns]
-        if missing:
-            hint = ""
-            if {"ms_per_step", "regime"} <= set(frame.columns):
-                hint = " (it looks like a `lra bench models` CSV: pass it with --bench)"
-            elif "attention" in frame.columns:
-                hint = " (it has an attention column but no kernel timings: `lra bench kernels` writes those)"
-            raise ValueError(f"{path}: not a `lra bench kernels` CSV, missing column(s) {', '.join(missing)}{hint}")
-        frame["file"] = str(path)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*KERNEL_COLUMNS, "file"])
-
-
 def kernel_tflops(kernels: pd.DataFrame, out_dir: str | Path) -> PlotResult:
     result = PlotResult("kernel_tflops")
     if kernels is None or kernels.empty:

@@ -5,9 +5,9 @@
 #
 #   scripts/kernel_grid.sh OUT [MINUTES]
 #
-# Writes OUT/<part>.{csv,md,meta.json} and OUT/kernel_tflops.{png,pdf}. Every part resumes
-# (`--resume` keeps the measured cells); with MINUTES no new cell starts after the deadline, and
-# running the same command again measures what is missing.
+# Writes OUT/<part>.{csv,md,meta.json}, OUT/kernel_tflops.{png,pdf} and the README's headline
+# OUT/headline.md. Every part resumes (`--resume` keeps the measured cells); with MINUTES no new cell
+# starts after the deadline, and running the same command again measures what is missing.
 set -euo pipefail
 OUT=${1:?usage: scripts/kernel_grid.sh OUT [MINUTES]}
 source "$(dirname "$0")/budget.sh"
@@ -47,4 +47,6 @@ bench --name dropout --dropout 0.1 --impls ours sdpa_flash sdpa_cudnn --head-dim
 
 budget_spent && budget_stop
 ${LRA:-lra} plot kernels --kernels "$OUT/dense.csv" --out "$OUT"
+# the README's headline: forward + backward ranges over N per head dim
+${LRA:-lra} table kernels --kernels "$OUT/dense.csv" --passes fwd_bwd --out "$OUT/headline.md"
 echo "kernel grid complete: $OUT" >&2

@@ -427,30 +427,16 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
 
 
 def dense_ranges(dense: pd.DataFrame) -> list[str]:
-    """Markdown lines of the dense summary: per (d, pass), the range over N of ours' TFLOP/s and of
-    ours' speed-up over each anchor (cells where both ran); the README's kernel headline."""
-    ok = dense[dense["status"] == "ok"]
-    if ok.empty or "ours" not in set(ok["impl"]):
+    """Markdown lines of the dense summary (:func:`lra.table.kernels.kernel_ranges`: per (d, pass), the
+    range over N of ours' TFLOP/s and speed-ups); the README's kernel headline (`lra table kernels`)."""
+    from lra.table.kernels import kernel_ranges
+
+    table, span = kernel_ranges(dense)
+    if table.empty:
         return []
-    ms = ok.pivot_table(index=["head_dim", "pass", "seq_len"], columns="impl", values="ms")
-    tf = ok.pivot_table(index=["head_dim", "pass", "seq_len"], columns="impl", values="tflops")
-    anchors = [a for a in ANCHORS if a in ms]
-    lengths = sorted(ok["seq_len"].unique())
-    span = f"{lengths[0] // K}K–{lengths[-1] // K}K" if lengths[0] % K == 0 and lengths[-1] % K == 0 else ""
-    header = ["d", "pass", "ours TFLOP/s"] + [f"vs {a}" for a in anchors]
-    lines = [f"## Summary: ranges over N = {span}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-
-    def span_of(values, fmt) -> str:
-        values = values.dropna()
-        return "" if values.empty else f"{fmt(values.min())}–{fmt(values.max())}"
-
-    for d, p in ((d, p) for d in dense["head_dim"].drop_duplicates() for p in PASSES):
-        if (d, p) not in ms.index.droplevel("seq_len"):
-            continue
-        rows = ms.loc[(d, p)]
-        cells = [str(d), p, span_of(tf.loc[(d, p), "ours"], lambda x: f"{x:.0f}")]
-        cells += [span_of(rows[a] / rows["ours"], lambda x: f"{x:.2f}×") for a in anchors]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = [f"## Summary: ranges over N = {span}", "", "| " + " | ".join(table.columns) + " |",
+             "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in table.astype(str).itertuples(index=False)]
     return lines + [""]
 
 

@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from lra import plot
+    from lra import plot, table
 
     wanted = list(dict.fromkeys(args.plots)) or list(PLOTS)
     unknown = [p for p in wanted if p not in PLOTS]
@@ -52,7 +52,7 @@ def run(args) -> int:
         raise ValueError(f"--out {args.out}: is a file; the figures go into a folder")
     records, bench = filtered_inputs(args)
     check_baseline(args.baseline, records, bench)
-    kernels = plot.load_kernels(args.kernels)
+    kernels = table.load_kernels(args.kernels)
     if not kernels.empty and args.seq_lens:
         kernels = kernels[kernels["seq_len"].isin(args.seq_lens)]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lra.commands.parser import Parser, seq_len
 
-TABLES = ("record", "headline", "accuracy", "efficiency", "steps")
+TABLES = ("record", "headline", "accuracy", "efficiency", "steps", "kernels")
 DEFAULT_TABLES = ("record",)
 FORMAT_ALIASES = {"md": "markdown", "tex": "latex"}
 
@@ -24,7 +24,9 @@ def add_parser(sub) -> None:
                     "(throughput, speedup over softmax, peak memory, training time) from run records and "
                     "`lra bench models` CSVs. steps: the model-step "
                     "benchmark's compact view, batch and mode × length, ms per step of each attention (--bench "
-                    "CSVs) and flash's speed-up over --baseline, as the README shows it.")
+                    "CSVs) and flash's speed-up over --baseline, as the README shows it. kernels: the dense kernels' "
+                    "headline from `lra bench kernels` CSVs (--kernels): per head dim and pass, the range over N "
+                    "of our TFLOP/s and speed-up over each anchor.")
     parser.add_argument("tables", nargs="*", default=[], metavar="TABLE",
                         help=f"any of {', '.join(TABLES)} (default: record)")
     add_source_arguments(parser)
@@ -37,6 +39,10 @@ def add_parser(sub) -> None:
                         help="attention the speedups are relative to (default: softmax, the Transformer)")
     parser.add_argument("--published", type=Path, default=None, metavar="DIR",
                         help="folder of published-number CSVs (default: results/published of this checkout)")
+    parser.add_argument("--kernels", action="append", type=Path, default=[], metavar="FILE",
+                        help="kernels table: CSV written by `lra bench kernels` (repeatable)")
+    parser.add_argument("--passes", nargs="+", choices=("fwd", "bwd", "fwd_bwd"), default=None, metavar="PASS",
+                        help="kernels table: only these passes (fwd, bwd, fwd_bwd; default all)")
     add_filter_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -118,6 +124,18 @@ def run(args) -> int:
         raise ValueError(f"unknown table {unknown[0]!r}: choose from {', '.join(TABLES)}")
     if args.out is not None and args.out.is_dir():
         raise ValueError(f"--out {args.out}: is a folder; give a file name, e.g. {args.out / 'table.md'}")
+    if "kernels" in wanted and not args.kernels:
+        raise ValueError("the kernels table reads `lra bench kernels` CSVs: pass --kernels FILE")
+    if args.kernels and wanted != ["kernels"]:
+        raise ValueError("--kernels feeds the kernels table only: `lra table kernels --kernels FILE`")
+    if wanted == ["kernels"]:
+        kernels = table.load_kernels(args.kernels)
+        if args.seq_lens:
+            kernels = kernels[kernels["seq_len"].isin(args.seq_lens)]
+        passes = args.passes or ("fwd", "bwd", "fwd_bwd")
+        sections = table.kernel_sections(kernels, passes)
+        text = sections[0].table.to_csv(index=False) if fmt == "csv" else table.render(sections, fmt)
+        return _write(args, {"kernels": text}, fmt)
     records, bench = filtered_inputs(args)
     check_baseline(args.baseline, records, bench)
     if records.empty and bench.empty:
@@ -159,6 +177,11 @@ def run(args) -> int:
             sections = table.efficiency_sections(summary, args.baseline, records)
         outputs[name] = table.to_csv(summary) if fmt == "csv" else table.render(sections, fmt)
 
+    return _write(args, outputs, fmt)
+
+
+def _write(args, outputs: dict[str, str], fmt: str) -> int:
+    """The rendered tables on the terminal or in --out (csv with several tables: one file each)."""
     if args.out is None:
         if fmt == "csv" and len(outputs) > 1:
             raise ValueError("--format csv on the terminal prints one table (two CSVs in one stream parse as "

@@ -87,7 +87,9 @@ def test_kernel_grid_resumes_and_passes_the_time_left(tmp_path):
     for argv in bench:
         assert "--resume" in argv
         assert 0 < float(argv[argv.index("--time-budget") + 1]) <= 600
-    assert calls[-1]["argv"][:2] == ["plot", "kernels"]
+    assert calls[-2]["argv"][:2] == ["plot", "kernels"]
+    headline = calls[-1]["argv"]
+    assert headline[:2] == ["table", "kernels"] and headline[headline.index("--passes") + 1] == "fwd_bwd"
 
 
 def test_a_spent_budget_stops_the_recipe_before_measuring(tmp_path):
