@@ -50,10 +50,10 @@ from lra.bench.kernel_options import DENSE_IMPLS, DTYPES, PASSES, K, add_argumen
 from lra.bench.resume import differences, earlier_runs
 from lra.commands.parser import Parser
 from lra.records import atomic_write_text
+from lra.table.kernels import KERNEL_ANCHORS as ANCHORS
 
 COLUMNS = ["impl", "pass", "seq_len", "head_dim", "batch", "heads", "dtype", "pattern", "density", "ms", "tflops",
            "extra_mem_gb", "status", "note"]
-ANCHORS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
 
 

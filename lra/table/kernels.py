@@ -10,13 +10,13 @@ from typing import Iterable
 
 import pandas as pd
 
+from lra.bench.kernel_options import PASSES as KERNEL_PASSES
 from lra.table.bench import read_csv_file
 from lra.table.render import Section
 
 KERNEL_COLUMNS = ("impl", "pass", "seq_len", "head_dim", "tflops", "status")
 # the anchors of the dense comparison, in the report's order (lra.bench.kernels times them)
 KERNEL_ANCHORS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
-KERNEL_PASSES = ("fwd", "bwd", "fwd_bwd")
 _K = 1024
 
 
