@@ -121,6 +121,14 @@ def checkpoint_callback(ckpt_dir: Path, monitor: str) -> ModelCheckpoint:
                          save_last=True, auto_insert_metric_name=False, enable_version_counter=False)
 
 
+def training_loader_states(checkpoint: dict) -> list:
+    """The training loaders' states a Lightning checkpoint holds for a resumed fit (the fit loop's
+    `combined_loader` entry: one per stateful loader; [] when there is none)."""
+    loop = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("state_dict") or {}
+    states = loop.get("combined_loader") or []
+    return list(states) if isinstance(states, (list, tuple)) else []
+
+
 def best_model_path(checkpoint: dict) -> str | None:
     """The best checkpoint a Lightning checkpoint's ModelCheckpoint state names (None: none)."""
     for value in (checkpoint.get("callbacks") or {}).values():

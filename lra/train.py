@@ -405,9 +405,15 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
                          f"or --force to start it over")
     resume_from = str(last) if resume and last.exists() else None
     if resume_from is not None:
-        from lra.checkpoints import load_checkpoint
+        from lra.checkpoints import load_checkpoint, training_loader_states
+        from tasks.resumable_loader import resume_problem
 
-        load_checkpoint(resume_from)  # an unsafe or unreadable file: a clear error before anything runs
+        checkpoint = load_checkpoint(resume_from)  # an unsafe or unreadable file: a clear error before anything runs
+        for state in training_loader_states(checkpoint):
+            problem = resume_problem(state, runtime.num_workers)
+            if problem:
+                raise ValueError(f"{problem} ({resume_from})")
+        del checkpoint
     if config.train.init_from:
         # `train` has checked the initial checkpoint against the model; its weights are loaded when a
         # fresh fit starts. A resumed run restores its own weights from last.ckpt, so the initial

@@ -2,6 +2,7 @@
 failures, DDP; plus the schedule and the throughput bookkeeping."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -200,6 +201,34 @@ def test_resume_after_interruption_repeats_no_step(tmp_path, data_dir):
     assert [p["step"] for p in rec["val_acc_curve"]] == [3, 6, 8]  # the point before the interruption is kept
     assert rec["wall_time_s"] > rec["val_acc_curve"][0]["wall_s"]
     assert load(config.run_dir() / "result.json")["status"] == "completed"
+
+
+def test_a_run_resumes_with_another_number_of_loader_workers(tmp_path, data_dir):
+    """A run tree moved to a machine whose data.num_workers differs (the default is 4 with CUDA, 0
+    without) resumes with exactly the missing steps, from the loader position its checkpoint holds."""
+    def config_with(workers):
+        return resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                       overrides=[*FAST, "train.max_steps=8", "train.val_check_interval=3",
+                                  f"data.num_workers={workers}"])
+
+    with pytest.raises(RunFailed):
+        train(config_with(1), callbacks=[Crash(5, RuntimeError("machine lost"))], progress_bar=False)
+    # a loader state of torchdata alone (no position) fits only its own worker layout: a clear error
+    # before anything runs, the record untouched
+    last = config_with(0).run_dir() / "checkpoints" / "last.ckpt"
+    full = torch.load(last, map_location="cpu", weights_only=False)
+    bare = copy.deepcopy(full)
+    for state in bare["loops"]["fit_loop"]["state_dict"]["combined_loader"]:
+        state.pop("lra_position")
+    torch.save(bare, last)
+    with pytest.raises(ValueError, match=r"1 worker process\(es\) and this run's has 0: resume with data.num_workers=1"):
+        train(config_with(0), resume=True, progress_bar=False)
+    assert load(config_with(0).run_dir() / "result.json")["status"] == "failed"
+    torch.save(full, last)
+
+    counter = CountBatches()
+    rec = train(config_with(0), resume=True, callbacks=[counter], progress_bar=False)
+    assert counter.steps == [6, 7, 8] and rec["status"] == "completed"
 
 
 def test_a_moved_run_tree_resumes_with_its_best_checkpoint_state(tmp_path, data_dir):

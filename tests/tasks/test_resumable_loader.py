@@ -109,3 +109,58 @@ def test_datamodule_train_loader_is_resumable_and_sharded_by_the_trainer(nested,
     shard = dm.train_dataloader()
     assert (shard.sampler.num_replicas, shard.sampler.rank, len(shard)) == (2, 1, 2)
     assert not isinstance(dm.val_dataloader(), StatefulDataLoader)  # evaluation order is fixed
+
+
+@pytest.mark.parametrize("saved_workers,resumed_workers", [(2, 0), (0, 2), (2, 1)])
+def test_a_state_resumes_in_a_loader_with_other_worker_processes(saved_workers, resumed_workers, capsys):
+    """torchdata's own state fits only the worker layout that wrote it; the position beside it (epoch,
+    batches handed out) resumes a run moved to a machine with another data.num_workers: the same
+    batches, then whole epochs."""
+    full = batches(loader(epoch=2, num_workers=saved_workers))
+    interrupted = loader(epoch=2, num_workers=saved_workers)
+    it = iter(interrupted)
+    seen = [next(it).tolist() for _ in range(3)]
+    state = interrupted.state_dict()
+    assert seen == full[:3] and state["lra_position"] == {"epoch": 2, "batches": 3, "batch_size": 4,
+                                                          "workers": saved_workers}
+    resumed = loader(num_workers=resumed_workers)  # a fresh process: epoch 0 until the state says 2
+    resumed.load_state_dict(state)
+    assert batches(resumed) == full[3:]
+    assert "epoch 2, batch 3 from its position" in capsys.readouterr().err
+    assert resumed.state_dict()["lra_position"]["batches"] == len(full)
+    resumed.sampler.set_epoch(3)
+    assert batches(resumed) == batches(loader(epoch=3))
+
+
+def test_a_state_of_another_worker_layout_without_a_position_is_a_clear_error():
+    interrupted = loader(epoch=1, num_workers=2)
+    it = iter(interrupted)
+    next(it)
+    state = {k: v for k, v in interrupted.state_dict().items() if k != "lra_position"}
+    with pytest.raises(ValueError, match="2 worker process.*resume with data.num_workers=2"):
+        loader(num_workers=0).load_state_dict(state)
+    resumed = loader(num_workers=2)  # the layout that wrote it
+    resumed.load_state_dict(state)
+    assert len(batches(resumed)) == len(batches(loader(epoch=1))) - 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_resumed_from_torchdata_state_alone_knows_its_position(workers):
+    """A state without the position (torchdata's own) resumes in its worker layout, and the position
+    the resumed loader then saves counts the batches before the resume too (else a later move to
+    another layout would repeat them)."""
+    full = batches(loader(epoch=1, num_workers=workers))
+    first = loader(epoch=1, num_workers=workers)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    state = {k: v for k, v in first.state_dict().items() if k != "lra_position"}
+    second = loader(num_workers=workers)
+    second.load_state_dict(state)
+    it = iter(second)
+    assert next(it).tolist() == full[2]
+    position = second.state_dict()["lra_position"]
+    assert (position["epoch"], position["batches"]) == (1, 3)
+    moved = loader(num_workers=1 - min(workers, 1))  # to the other layout, by the position
+    moved.load_state_dict(second.state_dict())
+    assert batches(moved) == full[3:]
