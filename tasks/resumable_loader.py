@@ -78,7 +78,9 @@ class ResumableLoader(StatefulDataLoader):
         position = state.pop(self.POSITION, None)
         if position is None:
             super().load_state_dict(state)
-            self._resume_at = _native_batches(state)
+            done = _native_batches(state)
+            # a state saved after an epoch's last batch resumes with the next epoch, whole
+            self._resume_at = None if done is None else 0 if done * self.batch_size >= self.sampler.num_samples else done
             return
         consumed = int(position["batches"]) * int(position["batch_size"])
         self._resume_at = 0 if consumed >= self.sampler.num_samples else int(position["batches"])

@@ -73,15 +73,19 @@ def test_state_round_trip_skips_exactly_the_consumed_batches(world, rank, num_wo
     assert batches(resumed) == batches(loader(**{**kw, "epoch": 3}))
 
 
-def test_state_saved_after_the_last_batch_resumes_with_a_whole_next_epoch():
+@pytest.mark.parametrize("with_position", [True, False])
+def test_state_saved_after_the_last_batch_resumes_with_a_whole_next_epoch(with_position):
     done = loader(epoch=4)
     it = iter(done)
     for _ in range(len(done)):  # Lightning stops at the known length, before StopIteration
         next(it)
+    state = done.state_dict() if with_position else {k: v for k, v in done.state_dict().items()
+                                                     if k != "lra_position"}
     resumed = loader()
-    resumed.load_state_dict(done.state_dict())
+    resumed.load_state_dict(state)
     assert batches(resumed) == batches(loader(epoch=5))
     assert resumed.sampler.epoch == 5
+    assert resumed.state_dict()["lra_position"]["batches"] == len(done)  # counted from the new epoch's start
 
 
 def test_bad_state_and_drop_last_are_clear_errors():
