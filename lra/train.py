@@ -495,9 +495,13 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
             except OSError as again:  # e.g. the disk that failed the run: the record may still say running
                 print(f"lra: could not record the run's end in {record_path} ({_error_text(again)}); "
                       f"`lra train --resume` or the next sweep continues it from {last}", file=sys.stderr)
-        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+        if isinstance(err, KeyboardInterrupt):
             raise
-        if status == "interrupted":  # SIGTERM: end like Ctrl-C (exit 130), resumable
+        # Ctrl-C and $LRA_STOP_AT (Lightning ends both with SystemExit(1) after its graceful shutdown) and
+        # SIGTERM end the command as Ctrl-C does (exit 130, "run it again to continue"): resumable
+        if status == "interrupted":
             raise KeyboardInterrupt(text) from err
+        if isinstance(err, SystemExit):
+            raise
         # a file-system error is its one line (path and cause); its traceback stays in error.log
         raise RunFailed(status, text, record_path, "" if isinstance(err, OSError) else tb) from err

@@ -264,7 +264,8 @@ def test_a_moved_run_tree_resumes_with_its_best_checkpoint_state(tmp_path, data_
 def test_ctrl_c_saves_the_step_and_records_the_interruption(tmp_path, data_dir):
     config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
                      overrides=FAST)
-    with pytest.raises(SystemExit):  # Lightning turns Ctrl-C into a graceful shutdown and exit(1)
+    # Lightning shuts down gracefully and exits with 1; train() ends it as Ctrl-C (the CLI: exit 130)
+    with pytest.raises(KeyboardInterrupt):
         train(config, callbacks=[Crash(4, KeyboardInterrupt())], progress_bar=False)
     rec = load(config.run_dir() / "result.json")
     assert rec["status"] == "interrupted" and rec["error"].startswith("interrupted") and rec["steps"] == 4
@@ -304,7 +305,7 @@ def test_lra_stop_at_stops_gracefully_and_the_run_resumes(tmp_path, data_dir, mo
     config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
                      overrides=[*FAST, "train.max_steps=6", "train.val_check_interval=3"])
     monkeypatch.setenv("LRA_STOP_AT", "1")
-    with pytest.raises(SystemExit):  # Lightning's graceful shutdown, as for Ctrl-C
+    with pytest.raises(KeyboardInterrupt):  # Lightning's graceful shutdown, then as Ctrl-C
         train(config, progress_bar=False)
     rec = load(config.run_dir() / "result.json")
     assert rec["status"] == "interrupted" and rec["steps"] == 1
@@ -316,6 +317,17 @@ def test_lra_stop_at_stops_gracefully_and_the_run_resumes(tmp_path, data_dir, mo
     counter = CountBatches()
     rec = train(config, resume=True, callbacks=[counter], progress_bar=False)
     assert counter.steps == [2, 3, 4, 5, 6] and rec["status"] == "completed"
+
+
+def test_lra_train_stopped_at_its_deadline_exits_as_ctrl_c_does(tmp_path, data_dir, monkeypatch, capsys):
+    """Exit 130 and "run the same command again" for a resumable stop, as for Ctrl-C (Lightning
+    ends both with SystemExit(1))."""
+    from lra.cli import main
+
+    monkeypatch.setenv("LRA_STOP_AT", "1")
+    code = main(["train", "--task", "listops", "--attention", "softmax", "--preset", "smoke", "--seq-len", "64",
+                 "--runs-dir", str(tmp_path), "--data-dir", str(data_dir), "--no-progress", *FAST])
+    assert code == 130 and "interrupted; run the same command again to continue" in capsys.readouterr().err
 
 
 def test_a_bad_lra_stop_at_is_a_clear_error_before_anything_is_written(tmp_path, data_dir, monkeypatch):
@@ -641,7 +653,7 @@ def test_resume_with_loader_worker_processes_trains_on_exactly_the_batches_of_an
     before, after = RecordBatches(), RecordBatches()
     stop, trained = ((Crash(9, RuntimeError("power cut")), 9) if interrupt.startswith("crash")
                      else (InterruptAtBatch(7, "start"), 6))
-    with pytest.raises((RunFailed, SystemExit)):
+    with pytest.raises((RunFailed, KeyboardInterrupt)):
         train(config, callbacks=[before, stop], progress_bar=False)
     rec = train(config, resume=True, callbacks=[after], progress_bar=False)
     assert rec["status"] == "completed" and rec["steps"] == 11
@@ -710,7 +722,7 @@ def _whole_and_resumed(tmp_path, data_dir, overrides, interrupt, stop_at_monkeyp
                      overrides=overrides)
     if stop_at_monkeypatch is not None:
         stop_at_monkeypatch.setenv("LRA_STOP_AT", "1")
-    with pytest.raises((SystemExit, RunFailed)):
+    with pytest.raises((KeyboardInterrupt, RunFailed)):
         train(config, callbacks=[interrupt] if interrupt else [], progress_bar=False)
     if stop_at_monkeypatch is not None:
         stop_at_monkeypatch.delenv("LRA_STOP_AT")
@@ -770,7 +782,7 @@ def test_ctrl_c_in_the_first_batch_after_a_resume_keeps_the_resumed_position(tmp
                      overrides=overrides)
     with pytest.raises(RunFailed):
         train(config, callbacks=[Crash(5, RuntimeError("power cut"))], progress_bar=False)
-    with pytest.raises(SystemExit):
+    with pytest.raises(KeyboardInterrupt):
         train(config, resume=True, callbacks=[InterruptAtBatch(1, "start")], progress_bar=False)
     last = torch.load(config.run_dir() / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 5
@@ -784,7 +796,7 @@ def test_validations_after_a_resume_keep_their_steps(tmp_path, data_dir):
     names its checkpoints by the steps of an uninterrupted run, not one step early (7, best-step7)."""
     config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
                      overrides=[*FAST, "train.max_steps=10", "train.val_check_interval=4"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(KeyboardInterrupt):
         train(config, callbacks=[InterruptAtBatch(6, "start")], progress_bar=False)
     rec = train(config, resume=True, progress_bar=False)
     assert [p["step"] for p in rec["val_acc_curve"]] == [4, 8, 10]
