@@ -11,14 +11,13 @@ dispatches; under torch.compile the ops launch the portable kernel (:mod:`kernel
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
 import triton
 
 from . import launch_args
-from .hopper_support import takes_hopper_forward
+from .hopper_support import cuda_capability, takes_hopper_forward
 
 Tensor = torch.Tensor
 
@@ -41,11 +40,6 @@ def hopper_forward_enabled() -> bool:
     return _enabled
 
 
-@functools.lru_cache(maxsize=None)
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index)
-
-
 def forward(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], seed: Optional[Tensor],
             fwd_indices: Optional[Tensor], fwd_counts: Optional[Tensor], causal: bool, dropout_p: float,
             softmax_scale: float, tiles: list[int]) -> tuple[Tensor, Tensor]:
@@ -54,9 +48,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
     (:func:`kernels.launch_args.new_output`), so the decision sees its strides too and the portable
     kernel writes into it when the Hopper one does not run."""
     out = launch_args.new_output(q)
-    if takes_hopper_forward(_TRITON_VERSION, _capability(q.get_device()) if q.is_cuda else None, q.dtype,
-                            q.shape[3], k.shape[2], dropout_p, fwd_indices is not None,
-                            (t.stride() for t in (q, k, v, out)), (t.data_ptr() for t in (q, k, v, out)),
+    if takes_hopper_forward(_TRITON_VERSION, cuda_capability(q.get_device()) if q.is_cuda else None, q.dtype,
+                            q.shape[3], k.shape[2], dropout_p, fwd_indices is not None, (q, k, v, out),
                             enabled=_enabled):
         from .hopper_attention import hopper_forward
 

@@ -19,6 +19,7 @@ HEAD_DIMS = (64, 128)
 DTYPES = ("float16", "bfloat16")
 _ELEM_BYTES = 2  # float16 / bfloat16
 TMA_ALIGN = 16  # bytes: TMA's base address and every stride but the innermost
+_UNALIGNED_BASE = "TMA needs a 16-byte aligned base address"
 # head dim -> least N_k at which the ping-pong forward beats the portable one: results/kernels/hopper_dispatch_h200.md
 PINGPONG_MIN_KEYS = {128: 1, 64: 2048}
 
@@ -33,6 +34,48 @@ def triton_version_ok(version: str) -> tuple[bool, str]:
         verified = ", ".join(f"{a}.{b}.x" for a, b in VERIFIED_TRITON)
         return False, f"Triton {version}: the Hopper Gluon kernel is verified only on {verified}"
     return True, ""
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_capability(device_index: int) -> tuple[int, int]:
+    """The compute capability of CUDA device ``device_index``, memoised: it does not change while the
+    process runs, and torch's query costs microseconds on every forward that asks. Imports torch
+    when first called."""
+    import torch
+
+    return tuple(torch.cuda.get_device_capability(device_index))
+
+
+@functools.lru_cache(maxsize=64)  # called on every eager forward on CUDA (takes_hopper_forward)
+def device_supported(triton_version: str, capability: tuple[int, int] | None, dtype,
+                     head_dim: int) -> tuple[bool, str]:
+    """The part of :func:`supported` that depends on no tensor: the Triton release, the device's
+    compute capability (a tuple; ``None``: not checked), the dtype (a torch dtype or its name) and the
+    head dim. Memoised: the eager forward asks it on every call, with arguments that hardly change."""
+    ok, why = triton_version_ok(triton_version)
+    if not ok:
+        return ok, why
+    if capability is not None and capability != (9, 0):
+        return False, f"needs an sm_90 (Hopper) device for wgmma, got compute capability {capability}"
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        return False, f"dtype {name}: only float16 and bfloat16"
+    if head_dim not in HEAD_DIMS:
+        return False, f"head_dim {head_dim}: only {', '.join(map(str, HEAD_DIMS))}"
+    return True, ""
+
+
+def tma_problem(strides: Sequence[int], data_ptr: int = 0) -> str:
+    """Why TMA cannot address a 16-bit tensor of these strides (in elements) and base address, or ""
+    when it can: the innermost dimension contiguous, every other stride and the base 16-byte aligned."""
+    if strides[-1] != 1:
+        return f"TMA needs the last dim contiguous, stride {strides[-1]}"
+    for s in strides[:-1]:  # a loop, not any(): this runs on every eager forward
+        if s * _ELEM_BYTES % TMA_ALIGN:
+            return f"TMA needs 16-byte aligned strides, got {tuple(strides)} (elements)"
+    if data_ptr % TMA_ALIGN:
+        return _UNALIGNED_BASE
+    return ""
 
 
 def supported(triton_version: str, capability: tuple[int, int] | None, dtype, head_dim: int,
@@ -52,50 +95,43 @@ def supported(triton_version: str, capability: tuple[int, int] | None, dtype, he
         names: the tensors' names in the reasons (the backward adds ``grad_out``).
 
     TMA needs the innermost (d) dimension contiguous and the base address and every other stride
-    16-byte aligned; the caller must fall back (e.g. to the portable kernel, or a contiguous copy)
-    when that does not hold.
+    16-byte aligned (:func:`tma_problem`); the caller must fall back (e.g. to the portable kernel, or
+    a contiguous copy) when that does not hold. The strides of every tensor are checked before any
+    base address.
     """
-    ok, why = triton_version_ok(triton_version)
+    ok, why = device_supported(triton_version, None if capability is None else tuple(capability), dtype, head_dim)
     if not ok:
         return ok, why
-    if capability is not None and tuple(capability) != (9, 0):
-        return False, f"needs an sm_90 (Hopper) device for wgmma, got compute capability {tuple(capability)}"
-    name = str(dtype).removeprefix("torch.")
-    if name not in DTYPES:
-        return False, f"dtype {name}: only float16 and bfloat16"
-    if head_dim not in HEAD_DIMS:
-        return False, f"head_dim {head_dim}: only {', '.join(map(str, HEAD_DIMS))}"
     for which, tensor_strides in zip(names, strides):
-        tensor_strides = tuple(tensor_strides)
-        if tensor_strides[-1] != 1:
-            return False, f"{which}: TMA needs the last dim contiguous, stride {tensor_strides[-1]}"
-        if any(s * _ELEM_BYTES % TMA_ALIGN for s in tensor_strides[:-1]):
-            return False, f"{which}: TMA needs 16-byte aligned strides, got {tensor_strides} (elements)"
+        why = tma_problem(tuple(tensor_strides))
+        if why:
+            return False, f"{which}: {why}"
     for which, ptr in zip(names, data_ptrs):
         if ptr % TMA_ALIGN:
-            return False, f"{which}: TMA needs a 16-byte aligned base address"
+            return False, f"{which}: {_UNALIGNED_BASE}"
     return True, ""
 
 
 def takes_hopper_forward(triton_version: str, capability: tuple[int, int] | None, dtype, head_dim: int, n_k: int,
-                         dropout_p: float, sparse: bool, strides: Iterable[Sequence[int]],
-                         data_ptrs: Iterable[int], enabled: bool = True) -> bool:
+                         dropout_p: float, sparse: bool, tensors: Sequence, enabled: bool = True) -> bool:
     """Does an eager attention forward run the Hopper ping-pong kernel rather than the portable one?
 
     Yes when the switch is on (``enabled``: :func:`kernels.use_hopper_forward`), the call is dense
     (not ``sparse``) without dropout, the kernel is faster at this head dim and key count
     (:data:`PINGPONG_MIN_KEYS`: d = 128 at any N_k, d = 64 from N_k = 2048) and :func:`supported`
     accepts it. ``capability``: the CUDA device's compute capability, ``None`` for a tensor that is
-    not on CUDA. ``strides`` and ``data_ptrs``: of q, k, v and the output (may be lazy iterables,
-    read only when the cheaper conditions hold). A tensor with a zero (broadcast) stride stays on
-    the portable kernel: TMA descriptors are not verified with such strides.
+    not on CUDA. ``tensors``: q, k, v and the output, (B, H, N, d), anything with ``stride()`` and
+    ``data_ptr()``; read only when the cheaper conditions hold. A tensor with a zero (broadcast)
+    stride stays on the portable kernel: TMA descriptors are not verified with such strides.
     """
     if not enabled or capability is None or sparse or dropout_p != 0.0:
         return False
     if n_k < PINGPONG_MIN_KEYS.get(head_dim, n_k + 1):
         return False
-    strides = [tuple(s) for s in strides]
-    if any(0 in s for s in strides):
+    if not device_supported(triton_version, capability, dtype, head_dim)[0]:
         return False
-    names = ("q", "k", "v", "out")  # supported() checks as many tensors as it has names
-    return supported(triton_version, capability, dtype, head_dim, strides, data_ptrs, names)[0]
+    for t in tensors:
+        strides = t.stride()
+        if 0 in strides or tma_problem(strides, t.data_ptr()):
+            return False
+    return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.hopper_support import supported, takes_hopper_forward, triton_version_ok
+from kernels.hopper_support import device_supported, supported, takes_hopper_forward, triton_version_ok
 
 CONTIGUOUS = (4 * 256 * 64, 256 * 64, 64, 1)  # (B, H, N, d) = (*, 4, 256, 64)
 OK_ARGS = dict(strides=(CONTIGUOUS,) * 3, data_ptrs=(0, 4096, 8192))
@@ -99,9 +99,27 @@ def test_an_incoming_gradient_tma_cannot_read_is_copied_first():
     assert _tma_ready(transposed).is_contiguous() and torch.equal(_tma_ready(transposed), transposed)
 
 
+class _Tensor:
+    """What takes_hopper_forward reads of q, k, v and the output: strides and base address."""
+
+    def __init__(self, strides, data_ptr):
+        self._strides, self._data_ptr = strides, data_ptr
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._data_ptr
+
+
+def _tensors(strides, data_ptrs=(0, 1 << 20, 2 << 20, 3 << 20)):
+    return tuple(_Tensor(s, p) for s, p in zip(strides, data_ptrs))
+
+
+CONTIGUOUS_4K = (4 * 4096 * 64, 4096 * 64, 64, 1)
 # an eager dense forward the Hopper ping-pong kernel takes: q, k, v and out contiguous (B, H, N, d) = (2, 4, 4096, 64)
 TAKES = dict(triton_version="3.9.0", capability=(9, 0), dtype="bfloat16", head_dim=64, n_k=4096, dropout_p=0.0,
-             sparse=False, strides=((4 * 4096 * 64, 4096 * 64, 64, 1),) * 4, data_ptrs=(0, 1 << 20, 2 << 20, 3 << 20))
+             sparse=False, tensors=_tensors((CONTIGUOUS_4K,) * 4))
 
 
 def test_eager_dense_forward_takes_the_hopper_kernel():
@@ -109,7 +127,7 @@ def test_eager_dense_forward_takes_the_hopper_kernel():
     assert takes_hopper_forward(**dict(TAKES, triton_version="3.6.0", dtype="torch.float16"))
     # q, k, v views of a fused (B, N, 3, H, d) projection, out a (B, H, N, d) view of a (B, N, H, d) tensor
     qkv_view, out_view = (4096 * 3 * 4 * 64, 64, 3 * 4 * 64, 1), (4096 * 4 * 64, 64, 4 * 64, 1)
-    assert takes_hopper_forward(**dict(TAKES, strides=(qkv_view,) * 3 + (out_view,)))
+    assert takes_hopper_forward(**dict(TAKES, tensors=_tensors((qkv_view,) * 3 + (out_view,))))
 
 
 @pytest.mark.parametrize("head_dim, n_k, takes", [
@@ -120,8 +138,8 @@ def test_eager_dense_forward_takes_the_hopper_kernel():
 def test_hopper_forward_speed_rule(head_dim, n_k, takes):
     """d = 128 at any N_k, d = 64 from N_k = 2048 (results/kernels/hopper_dispatch_h200.md); no other head dim."""
     d = head_dim
-    strides = ((4 * n_k * d, n_k * d, d, 1),) * 4
-    assert takes_hopper_forward(**dict(TAKES, head_dim=d, n_k=n_k, strides=strides)) is takes
+    tensors = _tensors(((4 * n_k * d, n_k * d, d, 1),) * 4)
+    assert takes_hopper_forward(**dict(TAKES, head_dim=d, n_k=n_k, tensors=tensors)) is takes
 
 
 @pytest.mark.parametrize("changes", [
@@ -135,28 +153,43 @@ def test_hopper_forward_speed_rule(head_dim, n_k, takes):
     dict(dtype="torch.float32"),
     dict(dropout_p=0.1),
     dict(sparse=True),
-    dict(strides=TAKES["strides"][:3] + ((4096 * 64, 64, 1, 4096),)),  # out's last dim not contiguous
-    dict(strides=((4 * 4096 * 68, 4096 * 68, 68, 1),) + TAKES["strides"][1:]),  # q's rows 136 bytes apart
-    dict(strides=TAKES["strides"][:3] + ((4 * 4096 * 64, 4096 * 64 + 4, 64, 1),)),  # out's head stride
-    dict(strides=TAKES["strides"][:1] + ((0, 4096 * 64, 64, 1),) * 2 + TAKES["strides"][3:]),  # expanded k, v
-    dict(data_ptrs=(0, 1 << 20, (2 << 20) + 2, 3 << 20)),  # v not 16-byte aligned
-    dict(data_ptrs=(0, 1 << 20, 2 << 20, (3 << 20) + 8)),  # out not 16-byte aligned
+    dict(tensors=_tensors((CONTIGUOUS_4K,) * 3 + ((4096 * 64, 64, 1, 4096),))),  # out's last dim not contiguous
+    dict(tensors=_tensors(((4 * 4096 * 68, 4096 * 68, 68, 1),) + (CONTIGUOUS_4K,) * 3)),  # q's rows 136 bytes apart
+    dict(tensors=_tensors((CONTIGUOUS_4K,) * 3 + ((4 * 4096 * 64, 4096 * 64 + 4, 64, 1),))),  # out's head stride
+    dict(tensors=_tensors((CONTIGUOUS_4K,) + ((0, 4096 * 64, 64, 1),) * 2 + (CONTIGUOUS_4K,))),  # expanded k, v
+    dict(tensors=_tensors((CONTIGUOUS_4K,) * 4, (0, 1 << 20, (2 << 20) + 2, 3 << 20))),  # v not 16-byte aligned
+    dict(tensors=_tensors((CONTIGUOUS_4K,) * 4, (0, 1 << 20, 2 << 20, (3 << 20) + 8))),  # out not 16-byte aligned
 ])
 def test_hopper_forward_needs_every_condition(changes):
     assert not takes_hopper_forward(**dict(TAKES, **changes))
 
 
-def _never_read():
-    raise AssertionError("strides read although a cheaper condition already said no")
-    yield
+class _Unread:
+    """A tensor whose strides and address must not be read."""
+
+    def stride(self):
+        raise AssertionError("strides read although a cheaper condition already said no")
+
+    data_ptr = stride
 
 
 @pytest.mark.parametrize("changes", [dict(enabled=False), dict(capability=None), dict(dropout_p=0.1),
-                                     dict(sparse=True), dict(n_k=1024), dict(head_dim=32)])
+                                     dict(sparse=True), dict(n_k=1024), dict(head_dim=32), dict(capability=(8, 0)),
+                                     dict(dtype="float32")])
 def test_hopper_forward_decision_reads_strides_last(changes):
-    """The strides and pointers (lazy on the eager path) are read only when the rest says yes."""
-    args = dict(TAKES, strides=_never_read(), data_ptrs=_never_read(), **changes)
-    assert not takes_hopper_forward(**args)
+    """The tensors' strides and pointers are read only when the rest says yes."""
+    assert not takes_hopper_forward(**dict(TAKES, tensors=(_Unread(),) * 4, **changes))
+
+
+def test_decision_and_reasons_share_the_memoised_device_check():
+    """supported() and takes_hopper_forward() ask device_supported, memoised per (release, capability,
+    dtype, head dim): repeated calls of the eager forward compute it once."""
+    device_supported.cache_clear()
+    for _ in range(3):
+        assert takes_hopper_forward(**TAKES)
+        assert supported("3.9.0", [9, 0], "bfloat16", 64)[0]  # a list capability is taken as a tuple
+    info = device_supported.cache_info()
+    assert (info.misses, info.hits) == (1, 5)
 
 
 def test_hopper_forward_checks_the_output_it_is_given():
