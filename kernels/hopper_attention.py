@@ -39,7 +39,8 @@ How it is built:
   element mask) and the causal diagonal / ragged last tile (masked).
 
 The key-padding mask (bool (B, N_k), True = padding) is read with plain loads in the consumer.
-The launcher :func:`hopper_forward` builds the host-side TMA descriptors and launches;
+The launcher :func:`hopper_forward` checks its arguments, builds the host-side TMA descriptors and
+launches (:func:`launch_forward`, which the eager dispatch calls on arguments it has checked);
 :func:`kernels.hopper_support.supported` (re-exported here) says whether a call can take this path
 (Triton release whose Gluon API this was written against, an sm_90 device, dtype, head dim,
 strides). Compile it offline, without a GPU, with ``python -m kernels.compile_check --hopper``.
@@ -58,7 +59,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, softmax_scale_of, tma_descriptor,
                             tma_load, tma_store)
-from .hopper_support import supported
+from .hopper_support import cuda_capability, supported
 
 LN2 = gl.constexpr(0.6931471805599453)  # ln(2): ln(x) == log2(x) * LN2
 
@@ -593,6 +594,8 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     :data:`PP_CONFIG`).
     ``out``: the (B, H, N_q, d) tensor to write O into (q's dtype and device, any strides TMA
     accepts, e.g. :func:`kernels.launch_args.new_output`'s layout); default a new contiguous one.
+    Checks every argument (``ValueError`` before any launch), then launches through
+    :func:`launch_forward`.
     """
     import torch
     import triton
@@ -620,17 +623,31 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
         raise ValueError(f"out must be {q.dtype} {tuple(q.shape)} on {q.device} like q, got {out.dtype} "
                          f"{tuple(out.shape)} on {out.device}")
-    capability = torch.cuda.get_device_capability(q.device) if q.is_cuda else (0, 0)
+    capability = cuda_capability(q.get_device()) if q.is_cuda else (0, 0)
     ok, why = supported(triton.__version__, capability, q.dtype, d,
                         strides=(q.stride(), k.stride(), v.stride(), out.stride()),
                         data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()),
                         names=("q", "k", "v", "out"))
     if not ok:
         raise ValueError(why)
-    scale = softmax_scale_of(d, softmax_scale)
+    return launch_forward(q, k, v, out, key_padding_mask, causal, softmax_scale_of(d, softmax_scale),
+                          warp_specialize=warp_specialize, overlap=overlap, pingpong=pingpong, consumers=consumers)
+
+
+def launch_forward(q, k, v, out, key_padding_mask, causal: bool, scale: float, *, warp_specialize: bool = True,
+                   overlap: bool = True, pingpong: bool = False, consumers: int = 2):
+    """The launch of :func:`hopper_forward` on arguments already checked as it checks them (shapes,
+    dtypes, the schedule, TMA's rules for q, k, v and ``out`` on an sm_90 device; ``scale`` the softmax
+    scale itself, > 0): (out, row statistics). The eager dispatch (:mod:`kernels.hopper_dispatch`)
+    calls it directly, having checked all that once (:func:`kernels.validation.check_attention_inputs`,
+    :func:`kernels.hopper_support.takes_hopper_forward`)."""
+    import torch
+    import triton
+
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
     row_stats = torch.empty((B, H, 3, n_q), dtype=torch.float32, device=q.device)
     pad, stride_pb, stride_pn = padding_args(key_padding_mask, B, n_k, row_stats)
-    grid = (triton.cdiv(n_q, BLOCK_M), B * H)
     if pingpong:
         cap, consumer_regs, block_n = PP_CONFIG[consumers]
         hopper_attention_fwd_pingpong_kernel[(triton.cdiv(n_q, consumers * PP_ROWS), B * H)](
@@ -644,7 +661,7 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     options = {"num_warps": NUM_WARPS}
     if warp_specialize:
         options["maxnreg"] = MAXNREG
-    hopper_attention_fwd_kernel[grid](
+    hopper_attention_fwd_kernel[(triton.cdiv(n_q, BLOCK_M), B * H)](
         tma_descriptor(q, BLOCK_M), tma_descriptor(k, BLOCK_N), tma_descriptor(v, BLOCK_N),
         tma_descriptor(out, BLOCK_M),
         row_stats, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,

@@ -56,7 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, softmax_scale_of, tma_descriptor,
                             tma_load, tma_store)
-from .hopper_support import supported
+from .hopper_support import cuda_capability, supported
 from .launch_args import exact_probabilities
 
 LOG2E_C = gl.constexpr(LOG2E)
@@ -428,7 +428,7 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
     if row_stats.dtype != torch.float32 or tuple(row_stats.shape) != (B, H, 3, n_q):
         raise ValueError(f"row_stats must be float32 (B, H, 3, N_q) = ({B}, {H}, 3, {n_q}), got "
                          f"{row_stats.dtype} {tuple(row_stats.shape)}")
-    capability = torch.cuda.get_device_capability(q.device) if q.is_cuda else (0, 0)
+    capability = cuda_capability(q.get_device()) if q.is_cuda else (0, 0)
     ok, why = supported(triton.__version__, capability, q.dtype, d,
                         strides=(q.stride(), k.stride(), v.stride(), grad_out.stride()),
                         data_ptrs=(q.data_ptr(), k.data_ptr(), v.data_ptr(), grad_out.data_ptr()),

@@ -1,5 +1,5 @@
 """Which kernel runs the eager attention forward: the Hopper ping-pong forward
-(:func:`kernels.hopper_attention.hopper_forward`, ``pingpong=True, overlap=True``) where
+(:func:`kernels.hopper_attention.launch_forward`, ``pingpong=True, overlap=True``) where
 :func:`kernels.hopper_support.takes_hopper_forward` says so, the portable one
 (:func:`kernels.launch_args.forward`) otherwise.
 
@@ -46,13 +46,16 @@ def forward(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
     """The eager forward: (out, row statistics) as :func:`kernels.launch_args.forward` returns them,
     from the Hopper ping-pong kernel or the portable one. The output is allocated first
     (:func:`kernels.launch_args.new_output`), so the decision sees its strides too and the portable
-    kernel writes into it when the Hopper one does not run."""
+    kernel writes into it when the Hopper one does not run. The arguments are the public call's,
+    checked (:func:`kernels.validation.check_attention_inputs`) and ``softmax_scale`` resolved, so the
+    Hopper kernel launches through :func:`kernels.hopper_attention.launch_forward`, without
+    :func:`kernels.hopper_attention.hopper_forward`'s checks of the same facts."""
     out = launch_args.new_output(q)
     if takes_hopper_forward(_TRITON_VERSION, cuda_capability(q.get_device()) if q.is_cuda else None, q.dtype,
                             q.shape[3], k.shape[2], dropout_p, fwd_indices is not None, (q, k, v, out),
                             enabled=_enabled):
-        from .hopper_attention import hopper_forward
+        from .hopper_attention import launch_forward
 
-        return hopper_forward(q, k, v, key_padding_mask, causal, softmax_scale, overlap=True, pingpong=True, out=out)
+        return launch_forward(q, k, v, out, key_padding_mask, causal, softmax_scale, overlap=True, pingpong=True)
     return launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, seed, fwd_indices, fwd_counts, causal,
                                dropout_p, softmax_scale, tiles, out=out)

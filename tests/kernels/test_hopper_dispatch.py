@@ -36,22 +36,23 @@ def switch_restored():
 
 @pytest.fixture
 def spy(monkeypatch):
-    """The calls the dispatch sends to the Hopper launcher, on a faked sm_90 device with a supported
-    Triton (the rest of :func:`kernels.hopper_support.takes_hopper_forward` as it is); the launcher is
-    replaced by the portable forward, writing into the output the dispatch allocated."""
+    """The calls the dispatch sends to the Hopper launch, on a faked sm_90 device with a supported
+    Triton (the rest of :func:`kernels.hopper_support.takes_hopper_forward` as it is); the launch
+    (:func:`kernels.hopper_attention.launch_forward`) is replaced by the portable forward, writing
+    into the output the dispatch allocated."""
     calls = []
     decide = hopper_support.takes_hopper_forward
     monkeypatch.setattr(hopper_dispatch, "takes_hopper_forward",
                         lambda _version, _capability, *args, **kwargs: decide("3.9.0", (9, 0), *args, **kwargs))
 
-    def hopper_forward(q, k, v, key_padding_mask, causal, softmax_scale, *, overlap, pingpong, out, **rest):
-        calls.append(dict(q=q, out=out, mask=key_padding_mask, causal=causal, scale=softmax_scale, overlap=overlap,
+    def launch_forward(q, k, v, out, key_padding_mask, causal, scale, *, overlap, pingpong, **rest):
+        calls.append(dict(q=q, out=out, mask=key_padding_mask, causal=causal, scale=scale, overlap=overlap,
                           pingpong=pingpong, rest=rest))
         tiles = select(q.device, q.dtype, q.shape[3]).as_list()
         return launch_args.forward(launch_args.eager, q, k, v, key_padding_mask, None, None, None, causal, 0.0,
-                                   softmax_scale, tiles, out=out)
+                                   scale, tiles, out=out)
 
-    monkeypatch.setitem(sys.modules, "kernels.hopper_attention", types.SimpleNamespace(hopper_forward=hopper_forward))
+    monkeypatch.setitem(sys.modules, "kernels.hopper_attention", types.SimpleNamespace(launch_forward=launch_forward))
     return calls
 
 
@@ -163,23 +164,74 @@ def test_tuner_times_the_portable_forward(monkeypatch):
     assert seen == [False] and hopper_dispatch.hopper_forward_enabled()
 
 
+class _Launches:
+    """Stands in for a Gluon kernel: records ``kernel[grid](*args, **kwargs)`` instead of launching."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+
+
+def _described(arg):
+    """A launch argument in comparable form: a TMA descriptor as (base address, shape, strides, block,
+    layout), a tensor as (shape, strides, dtype), anything else as it is."""
+    if hasattr(arg, "block_shape"):
+        return arg.base.data_ptr(), arg.shape, arg.strides, arg.block_shape, arg.layout
+    if isinstance(arg, torch.Tensor):
+        return tuple(arg.shape), arg.stride(), arg.dtype
+    return arg
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "mask"])
+def test_dispatch_launches_as_hopper_forward_does_checking_once(monkeypatch, padded):
+    """The real Hopper launch path on a faked sm_90 device, the Gluon kernel replaced by a recorder:
+    the dispatch runs no check of hopper_forward (its facts were checked once, by the public call's
+    validation and takes_hopper_forward) and launches what hopper_forward launches for the same call."""
+    hopper_attention = pytest.importorskip("kernels.hopper_attention", reason="this Triton has no Gluon")
+    decide = hopper_support.takes_hopper_forward
+    monkeypatch.setattr(hopper_dispatch, "takes_hopper_forward",
+                        lambda _version, _capability, *args, **kwargs: decide("3.9.0", (9, 0), *args, **kwargs))
+    checks = []
+    check = hopper_support.supported
+    monkeypatch.setattr(hopper_attention, "supported",
+                        lambda version, _capability, *args, **kwargs: checks.append(1) or check(version, (9, 0), *args,
+                                                                                                 **kwargs))
+    launches = _Launches()
+    monkeypatch.setattr(hopper_attention, "hopper_attention_fwd_pingpong_kernel", launches)
+    q, k, v = (x.detach() for x in _qkv(2, 3, 200, 333, 128, torch.bfloat16))
+    mask = _mask(2, 333) if padded else None
+    with torch.no_grad():
+        flash_attention(q, k, v, key_padding_mask=mask, causal=True, softmax_scale=0.1)
+    assert not checks and len(launches.calls) == 1
+    hopper_attention.hopper_forward(q, k, v, mask, True, 0.1, pingpong=True, overlap=True)
+    assert len(checks) == 1 and len(launches.calls) == 2
+    (grid, args, kwargs), (public_grid, public_args, public_kwargs) = launches.calls
+    assert grid == public_grid and kwargs == public_kwargs and kwargs["HAS_PAD"] is padded
+    described, public = [_described(a) for a in args], [_described(a) for a in public_args]
+    assert described[:3] == public[:3] and described[4:] == public[4:]  # all but out's own address
+    assert described[3][1:] == public[3][1:]
+
+
 # ------------------------------------------------------------------------------------------------ sm_90 GPU
 needs_hopper = pytest.mark.skipif(bool(hopper_skip_reason()), reason=hopper_skip_reason() or "supported")
 
 
 @pytest.fixture
 def hopper_calls(monkeypatch):
-    """The real Hopper launcher, counting its calls."""
+    """The real Hopper launch (:func:`kernels.hopper_attention.launch_forward`, which the dispatch
+    calls), counting its calls."""
     from kernels import hopper_attention
 
     calls = []
-    launcher = hopper_attention.hopper_forward
+    launch = hopper_attention.launch_forward
 
     def counted(*args, **kwargs):
         calls.append(kwargs)
-        return launcher(*args, **kwargs)
+        return launch(*args, **kwargs)
 
-    monkeypatch.setattr(hopper_attention, "hopper_forward", counted)
+    monkeypatch.setattr(hopper_attention, "launch_forward", counted)
     return calls
 
 
