@@ -2,9 +2,9 @@
 :mod:`kernels.hopper_attention_bwd`), and whether an eager dense forward does
 (:func:`takes_hopper_forward`).
 
-Importable with any Triton (it imports neither Gluon nor torch), so that a caller or the offline
-compile check can ask before importing the kernel module, whose Gluon API differs between Triton
-releases. Each check of what a call can take returns ``(True, "")`` or ``(False, reason)``; the
+Importable with any Triton (it imports no Gluon, and torch only when :func:`cuda_capability` first
+asks a device), so that a caller or the offline compile check can ask before importing the kernel
+module, whose Gluon API differs between Triton releases. Each check of what a call can take returns ``(True, "")`` or ``(False, reason)``; the
 caller decides the fallback.
 """
 from __future__ import annotations
