@@ -10,7 +10,6 @@ import math
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import tma
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LOG2E = 1.4426950408889634  # log2(e): the launchers pass scale * log2(e) for exp2
 
@@ -69,36 +68,13 @@ def padding_args(key_padding_mask, batch: int, n_k: int, placeholder) -> tuple:
 
 def tma_descriptor(t, rows: int):
     """Host-side TMA descriptor over the (B, H, N, d) float16 / bfloat16 tensor ``t``, block
-    (1, 1, rows, d), in the shared-memory layout the kernels' wgmma operands use.
+    (1, 1, rows, d), in the shared-memory layout the kernels' wgmma operands use."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    Triton's constructor validates a descriptor (about 2 us of host time; four descriptors per
-    forward call, eleven per backward), and what it checks depends on t only through its dtype, shape,
-    strides and base address. So a descriptor is constructed once per (dtype, shape, strides, rows);
-    the next ones with those take its validated fields (lists shared, never modified) and ``t`` as
-    their base, after the one check that depends on the address, as the constructor asserts it."""
-    strides = t.stride()
-    key = (t.dtype, t.shape, strides, rows)
-    fields = _validated_fields.get(key)
-    if fields is None:
-        import torch
-
-        block = (1, 1, rows, t.shape[-1])
-        layout = _shared_layout(block, t.dtype == torch.bfloat16)
-        desc = TensorDescriptor(t, list(t.shape), list(strides), list(block), layout)
-        if len(_validated_fields) >= _MAX_VALIDATED:
-            _validated_fields.clear()
-        _validated_fields[key] = {name: value for name, value in vars(desc).items() if name != "base"}
-        return desc
-    assert t.data_ptr() % 16 == 0, "base must be 16-byte aligned"
-    desc = object.__new__(TensorDescriptor)
-    desc.__dict__.update(fields)
-    desc.base = t
-    return desc
-
-
-# (dtype, shape, strides, rows) -> the fields but the base of a descriptor Triton validated; cleared when full
-_validated_fields: dict = {}
-_MAX_VALIDATED = 256
+    block = (1, 1, rows, t.shape[-1])
+    layout = _shared_layout(block, t.dtype == torch.bfloat16)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(block), layout)
 
 
 @functools.lru_cache(maxsize=32)

@@ -87,32 +87,6 @@ def test_tma_descriptors_take_the_tensors_shape_and_strides_and_the_wgmma_shared
     assert hopper.tma_descriptor(k.contiguous(), 128).layout is desc.layout
 
 
-def test_a_descriptor_of_a_validated_layout_equals_a_constructed_one():
-    """tma_descriptor constructs (and so validates) one descriptor per dtype, shape, strides and
-    block; the next ones of that layout equal what Triton's constructor makes for their own tensor,
-    and an unaligned base still fails as the constructor fails it."""
-    import torch
-
-    hopper = pytest.importorskip("kernels.hopper_common", reason="this Triton has no Gluon")
-    TensorDescriptor = hopper.TensorDescriptor
-    hopper._validated_fields.clear()
-    qkv = torch.empty(2, 256, 3, 4, 64, dtype=torch.float16)
-    views = qkv.permute(2, 0, 3, 1, 4)  # q, k, v: (B, H, N, d) views of one projection, one layout
-    first = hopper.tma_descriptor(views[0], 128)
-    for t in (views[1], views[2], views[0]):
-        desc = hopper.tma_descriptor(t, 128)
-        made = TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 128, 64], first.layout)
-        assert type(desc) is TensorDescriptor and desc == made and desc.__mangle__() == made.__mangle__()
-    assert len(hopper._validated_fields) == 1
-    assert hopper.tma_descriptor(views[1], 64).block_shape == [1, 1, 64, 64] and len(hopper._validated_fields) == 2
-    flat = torch.empty(2 * 4 * 256 * 64 + 8, dtype=torch.float16)
-    unaligned = flat[1:-7].view(2, 4, 256, 64)  # 2 bytes past an aligned address
-    for _ in range(2):  # constructed, then from the validated fields
-        with pytest.raises(AssertionError, match="base must be 16-byte aligned"):
-            hopper.tma_descriptor(unaligned, 128)
-        hopper.tma_descriptor(flat[8:].view(2, 4, 256, 64), 128)  # 16 bytes past: fine
-
-
 def test_an_incoming_gradient_tma_cannot_read_is_copied_first():
     """The Hopper autograd call passes dO through as it is when TMA can read it, else a contiguous copy."""
     import torch
