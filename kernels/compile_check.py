@@ -305,8 +305,8 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
                    pingpong: bool = False):
     """(Gluon source of the Hopper forward as :func:`kernels.hopper_attention.hopper_forward` launches
     it, its compile options). Integer arguments are left unspecialised (the general variant).
-    ``pingpong``: the ping-pong kernel with that many consumer warpgroups (2 or 3; 0: another
-    schedule; warp-specialised by construction, ``warp_specialize`` is ignored)."""
+    ``pingpong``: the ping-pong kernel (warp-specialised by construction, ``warp_specialize`` is
+    ignored)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -320,9 +320,9 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
 
     if pingpong:
         fn, q_rows, warps = ha.hopper_attention_fwd_pingpong_kernel, ha.PP_ROWS, ha.PP_WARPS
-        cap, consumer_regs, block_n = ha.PP_CONFIG[int(pingpong)]
+        block_n = ha.BLOCK_N
         constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad, OVERLAP=overlap,
-                          CONSUMERS=int(pingpong), CONSUMER_REGS=consumer_regs, num_warps=warps)
+                          CONSUMERS=ha.PP_CONSUMERS, CONSUMER_REGS=ha.PP_CONSUMER_REGS, num_warps=warps)
     else:
         fn, q_rows, warps, block_n = ha.hopper_attention_fwd_kernel, ha.BLOCK_M, ha.NUM_WARPS, ha.BLOCK_N
         constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad,
@@ -332,7 +332,7 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
     sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
     options = {"num_warps": warps}
     if warp_specialize or pingpong:
-        options["maxnreg"] = ha.PP_CONFIG[int(pingpong)][0] if pingpong else ha.MAXNREG
+        options["maxnreg"] = ha.MAXNREG
     return GluonASTSource(fn, sig, constexprs=constexprs), options
 
 
@@ -349,8 +349,7 @@ def _hopper_variant(variant: tuple, arch: int = 90) -> str:
     t0 = time.perf_counter()
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
-    schedule = ({2: "pingpong", 3: "pingpong3"}.get(int(pingpong)) or ("warp-spec" if ws else "1-partition")) \
-        + ("+overlap" if overlap else "")
+    schedule = ("pingpong" if pingpong else "warp-spec" if ws else "1-partition") + ("+overlap" if overlap else "")
     # warp specialisation: REG is the launch cap; the partitions' own budgets are setmaxnreg's
     maxnreg = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
                                                  compiled.asm["ptx"])})
@@ -456,11 +455,10 @@ def compile_hopper(jobs: int | None = None):
     checks the Triton version first (:func:`kernels.hopper_support.triton_version_ok`)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    # schedules (warp-specialised, overlapped, ping-pong consumers: 0 = no ping-pong); three consumers at d = 64 only
-    schedules = [(True, True, 0), (True, False, 0), (False, True, 0), (False, False, 0), (True, True, 2),
-                 (True, False, 2), (True, True, 3), (True, False, 3)]
-    forward = [v for v in itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), schedules)
-               if v[4][2] != 3 or v[0] == 64]
+    # schedules (warp-specialised, overlapped, ping-pong)
+    schedules = [(True, True, False), (True, False, False), (False, True, False), (False, False, False),
+                 (True, True, True), (True, False, True)]
+    forward = list(itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), schedules))
     backward = itertools.product(("dq", "dkdv"), (64, 128), ("bf16", "fp16"), (False, True), (False, True))
     jobs_list = [("fwd", v) for v in forward] + [("bwd", v) for v in backward]
     jobs = jobs or min(8, os.cpu_count() or 1)

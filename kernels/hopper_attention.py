@@ -32,9 +32,8 @@ How it is built:
   here the two take turns at issuing their wgmmas (an mbarrier hand-off), which offsets them by
   half an iteration: one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
   Each warpgroup runs the same tiles and instructions on its rows as in the 8-warp consumer (with or
-  without ``OVERLAP``), so the results are the same. With three consumers (``consumers=3``, d = 64:
-  192 query rows per program on 64-key tiles, the register budget of 16 warps) the turns rotate over
-  the three.
+  without ``OVERLAP``), so the results are the same. (A third consumer does not pay: 0.93–1.00× the
+  two at d = 64, results/kernels/hopper_dispatch_h200.md.)
 - The key loop runs in two parts, like the portable kernel: tiles every row sees in full (no
   element mask) and the causal diagonal / ragged last tile (masked).
 
@@ -72,16 +71,14 @@ PRODUCER_REGS = gl.constexpr(24)  # the fewest registers setmaxnreg allows; the 
 # warps. The producer gives its share back, so the consumer warps can grow to (65536 - 4 * 32 *
 # 24) / 256 = 244 -> 240 registers each
 MAXNREG = 168
-# the ping-pong schedule: two (or three) consumer warpgroups of PP_ROWS query rows each, as partitions
+# the ping-pong schedule: two consumer warpgroups of PP_ROWS query rows each, as partitions
+PP_CONSUMERS = 2
 PP_ROWS = 64
 PP_WARPS = 4  # warps of each consumer partition (the kernel's num_warps: consumer 0 is the default partition)
-# consumers -> (launch cap on registers per thread, setmaxnreg budget of each worker consumer, keys
-# per K/V tile). The default partition (consumer 0) gets what is left of the 65536 registers under the
-# cap, the producer counting as a warpgroup: two consumers, 12 warps: (168 * 12 - 240 * 4 - 24 * 4) *
-# 32 / 128 = 240; three, 16 warps: (128 * 16 - 2 * 160 * 4 - 24 * 4) * 32 / 128 = 168, room for d = 64
-# only and 64-key tiles (with 128-key tiles S, P and O overflow 128 registers and spill in the key
-# loop: ptxas allocates under the launch cap)
-PP_CONFIG = {2: (MAXNREG, 240, BLOCK_N), 3: (128, 160, 64)}
+# setmaxnreg budget of the worker consumer under the launch cap MAXNREG; the default partition
+# (consumer 0) gets what is left of the 65536 registers under the cap, the producer counting as a
+# warpgroup: 12 warps, (168 * 12 - 240 * 4 - 24 * 4) * 32 / 128 = 240, as much as the worker
+PP_CONSUMER_REGS = 240
 
 
 def stages_for(head_dim: int) -> int:
@@ -183,7 +180,7 @@ def _release_kv(ring, b, h, j, end, STAGES: gl.constexpr, NBYTES_KV: gl.constexp
         mbarrier.arrive(v_empty.index(slot), count=1)
 
 
-# Ping-pong hand-off (PINGPONG = C, the number of consumers, 2 or 3; 0 / False: none): C consumer
+# Ping-pong hand-off (PINGPONG = C, the number of consumers: 2; 0 / False: none): C consumer
 # partitions, one warpgroup each, issue their wgmma groups in strict rotation A0, B0, (C0,) A1, B1, ...
 # (consumer 0 = A first). ``turns`` holds C mbarriers of arrival count 1: turns[c] is consumer c's
 # "your turn" barrier, which consumer c - 1 (mod C) arrives on (an arrive lowers to a partition
@@ -509,7 +506,7 @@ def hopper_attention_fwd_pingpong_kernel(
     arrival count ``CONSUMERS``) and take turns at issuing their wgmmas through ``CONSUMERS``
     mbarriers (:func:`_take_turn`), so that one warpgroup's softmax runs while another's GEMMs hold
     the tensor cores."""
-    gl.static_assert((CONSUMERS == 2) | (CONSUMERS == 3), "two or three consumer warpgroups")
+    gl.static_assert(CONSUMERS == 2, "two consumer warpgroups")
     QROWS: gl.constexpr = q_desc.block_type.shape[2]
     TILE_M: gl.constexpr = CONSUMERS * QROWS
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -540,40 +537,23 @@ def hopper_attention_fwd_pingpong_kernel(
     producer_bars = (q_bars, ) + ring_bars
     # the constexprs of _consumer stay literal in each argument tuple (a constexpr that travels in a
     # tuple variable reaches the callee as a runtime value)
-    if CONSUMERS == 2:
-        gl.warp_specialize([
-            (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), bars0, (b, h, pid_bh, start_m), ranges, ROWS,
-                         PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
-                         NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0, CONSUMERS)),
-            (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), bars1, (b, h, pid_bh, start_m + QROWS), ranges,
-                         ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
-                         NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 1, CONSUMERS)),
-            (_pingpong_producer, ((q_desc, k_desc, v_desc), producer_bufs, producer_bars, (b, h, pid_bh, start_m),
-                                  end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV, CONSUMERS)),
-        ], [num_warps, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([
-            (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), bars0, (b, h, pid_bh, start_m), ranges, ROWS,
-                         PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
-                         NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0, CONSUMERS)),
-            (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), bars1, (b, h, pid_bh, start_m + QROWS), ranges,
-                         ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
-                         NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 1, CONSUMERS)),
-            (_consumer, (descs, (q_bufs.index(2), k_bufs, v_bufs), (q_bars.index(2), ) + ring_bars,
-                         (b, h, pid_bh, start_m + 2 * QROWS), ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K,
-                         causal_offset, qk_scale, turns, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP,
-                         False, num_warps, 2, CONSUMERS)),
-            (_pingpong_producer, ((q_desc, k_desc, v_desc), producer_bufs, producer_bars, (b, h, pid_bh, start_m),
-                                  end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV, CONSUMERS)),
-        ], [num_warps, num_warps, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+    gl.warp_specialize([
+        (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), bars0, (b, h, pid_bh, start_m), ranges, ROWS,
+                     PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
+                     NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0, CONSUMERS)),
+        (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), bars1, (b, h, pid_bh, start_m + QROWS), ranges,
+                     ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
+                     NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 1, CONSUMERS)),
+        (_pingpong_producer, ((q_desc, k_desc, v_desc), producer_bufs, producer_bars, (b, h, pid_bh, start_m),
+                              end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV, CONSUMERS)),
+    ], [num_warps, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # ---------------------------------------------------------------------------------------------
 # launcher
 # ---------------------------------------------------------------------------------------------
 def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax_scale: float | None = None,
-                   warp_specialize: bool = True, overlap: bool = True, pingpong: bool = False, out=None,
-                   consumers: int = 2):
+                   warp_specialize: bool = True, overlap: bool = True, pingpong: bool = False, out=None):
     """(out (B, H, N_q, d) in q's dtype, row statistics (B, H, 3, N_q) float32) of
     softmax(q k^T * scale) v: per query row [lse, m, log2(l)] as the portable forward stores them
     (:func:`kernels.launch_args.new_row_stats`; the lse is ``[:, :, 0]``), which the backward
@@ -589,9 +569,6 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     ``pingpong=True`` runs the ping-pong schedule (:func:`hopper_attention_fwd_pingpong_kernel`: two
     consumer warpgroups in their own partitions that alternate at the tensor cores, with or without
     ``overlap``); it is warp-specialised by construction, so it needs ``warp_specialize=True``.
-    ``consumers``: the ping-pong schedule's consumer warpgroups, 2 (128 query rows per program) or 3
-    (192 rows and 64-key tiles; d = 64 only: the registers of three warpgroups hold no more, see
-    :data:`PP_CONFIG`).
     ``out``: the (B, H, N_q, d) tensor to write O into (q's dtype and device, any strides TMA
     accepts, e.g. :func:`kernels.launch_args.new_output`'s layout); default a new contiguous one.
     Checks every argument (``ValueError`` before any launch), then launches through
@@ -602,12 +579,6 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
 
     if pingpong and not warp_specialize:
         raise ValueError("the ping-pong schedule is warp-specialised: pingpong=True needs warp_specialize=True")
-    if consumers not in PP_CONFIG or (consumers != 2 and not pingpong):
-        raise ValueError(f"consumers={consumers}: the ping-pong schedule (pingpong=True) takes 2 or 3 consumer "
-                         "warpgroups; the other schedules have their own")
-    if consumers == 3 and q.shape[-1] != 64:
-        raise ValueError(f"consumers=3 needs head_dim 64 (three warpgroups' registers hold a 64-wide O), "
-                         f"got {q.shape[-1]}")
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
     if k.shape != v.shape or tuple(k.shape) != (B, H, n_k, d):
@@ -631,11 +602,11 @@ def hopper_forward(q, k, v, key_padding_mask=None, causal: bool = False, softmax
     if not ok:
         raise ValueError(why)
     return launch_forward(q, k, v, out, key_padding_mask, causal, softmax_scale_of(d, softmax_scale),
-                          warp_specialize=warp_specialize, overlap=overlap, pingpong=pingpong, consumers=consumers)
+                          warp_specialize=warp_specialize, overlap=overlap, pingpong=pingpong)
 
 
 def launch_forward(q, k, v, out, key_padding_mask, causal: bool, scale: float, *, warp_specialize: bool = True,
-                   overlap: bool = True, pingpong: bool = False, consumers: int = 2):
+                   overlap: bool = True, pingpong: bool = False):
     """The launch of :func:`hopper_forward` on arguments already checked as it checks them (shapes,
     dtypes, the schedule, TMA's rules for q, k, v and ``out`` on an sm_90 device; ``scale`` the softmax
     scale itself, > 0): (out, row statistics). The eager dispatch (:mod:`kernels.hopper_dispatch`)
@@ -649,14 +620,13 @@ def launch_forward(q, k, v, out, key_padding_mask, causal: bool, scale: float, *
     row_stats = torch.empty((B, H, 3, n_q), dtype=torch.float32, device=q.device)
     pad, stride_pb, stride_pn = padding_args(key_padding_mask, B, n_k, row_stats)
     if pingpong:
-        cap, consumer_regs, block_n = PP_CONFIG[consumers]
-        hopper_attention_fwd_pingpong_kernel[(triton.cdiv(n_q, consumers * PP_ROWS), B * H)](
-            tma_descriptor(q, PP_ROWS), tma_descriptor(k, block_n), tma_descriptor(v, block_n),
+        hopper_attention_fwd_pingpong_kernel[(triton.cdiv(n_q, PP_CONSUMERS * PP_ROWS), B * H)](
+            tma_descriptor(q, PP_ROWS), tma_descriptor(k, BLOCK_N), tma_descriptor(v, BLOCK_N),
             tma_descriptor(out, PP_ROWS),
             row_stats, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
             STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
-            OVERLAP=bool(overlap), CONSUMERS=consumers, CONSUMER_REGS=consumer_regs, num_warps=PP_WARPS,
-            maxnreg=cap)
+            OVERLAP=bool(overlap), CONSUMERS=PP_CONSUMERS, CONSUMER_REGS=PP_CONSUMER_REGS, num_warps=PP_WARPS,
+            maxnreg=MAXNREG)
         return out, row_stats
     options = {"num_warps": NUM_WARPS}
     if warp_specialize:

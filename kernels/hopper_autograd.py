@@ -27,12 +27,11 @@ class HopperFlashFunction(torch.autograd.Function):
     """(out, row statistics) of q, k, v (B, H, N, d) through the Hopper kernels."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_padding_mask, causal, softmax_scale, warp_specialize, overlap, pingpong, consumers):
+    def forward(ctx, q, k, v, key_padding_mask, causal, softmax_scale, warp_specialize, overlap, pingpong):
         from .hopper_attention import hopper_forward
 
         out, row_stats = hopper_forward(q, k, v, key_padding_mask, causal, softmax_scale,
-                                        warp_specialize=warp_specialize, overlap=overlap, pingpong=pingpong,
-                                        consumers=consumers)
+                                        warp_specialize=warp_specialize, overlap=overlap, pingpong=pingpong)
         ctx.save_for_backward(q, k, v, out, row_stats, key_padding_mask)
         ctx.args = (causal, softmax_scale)
         ctx.mark_non_differentiable(row_stats)
@@ -45,16 +44,16 @@ class HopperFlashFunction(torch.autograd.Function):
 
         q, k, v, out, row_stats, key_padding_mask = ctx.saved_tensors
         dq, dk, dv = hopper_backward(_tma_ready(grad_out), q, k, v, out, row_stats, key_padding_mask, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def hopper_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                            key_padding_mask: torch.Tensor | None = None, causal: bool = False,
                            softmax_scale: float | None = None, warp_specialize: bool = True,
-                           overlap: bool = True, pingpong: bool = False, consumers: int = 2) -> torch.Tensor:
+                           overlap: bool = True, pingpong: bool = False) -> torch.Tensor:
     """softmax(q k^T * scale) v with gradients to q, k, v, on the Hopper kernels. Arguments as
     :func:`kernels.flash_attention` (no dropout) plus the forward's schedule
     (:func:`kernels.hopper_attention.hopper_forward`)."""
     out, _ = HopperFlashFunction.apply(q, k, v, key_padding_mask, bool(causal), softmax_scale,
-                                       bool(warp_specialize), bool(overlap), bool(pingpong), int(consumers))
+                                       bool(warp_specialize), bool(overlap), bool(pingpong))
     return out

@@ -27,9 +27,9 @@ LENGTHS=(1k 2k 4k 8k 16k 32k 64k)
 bench --name dense --flex-dynamic --head-dims 32 64 128 --seq-lens "${LENGTHS[@]}" \
   --sparse-layouts none --approx-attentions none
 
-# d = 64, 128 on Hopper: the portable kernel alone, the Hopper forward schedules (two and three
-# ping-pong consumers) and cuDNN beside `ours` (which dispatches; other GPUs: `unsupported` rows)
-bench --name hopper --impls ours ours_portable ours_hopper_pp ours_hopper_pp3 sdpa_cudnn --passes fwd fwd_bwd \
+# d = 64, 128 on Hopper: the portable kernel alone, the Hopper kernels (ping-pong forward) and cuDNN
+# beside `ours` (which dispatches; other GPUs: `unsupported` rows)
+bench --name hopper --impls ours ours_portable ours_hopper_pp sdpa_cudnn --passes fwd fwd_bwd \
   --head-dims 64 128 --seq-lens 1k 2k 4k 8k 16k --sparse-layouts none --approx-attentions none
 
 # block-sparse vs FlexAttention with the identical block mask, and our dense kernel for the ratio

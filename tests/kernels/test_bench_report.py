@@ -279,9 +279,6 @@ def test_the_hopper_pingpong_forward_is_opt_in_and_unsupported_off_hopper(monkey
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     with pytest.raises(bench.Unsupported, match="ours_hopper_pp: .*(sm_90|Triton)"):
         bench._hopper(causal=True, pingpong=True)
-    assert "ours_hopper_pp3" not in _parser().parse_args([]).impls
-    with pytest.raises(bench.Unsupported, match="ours_hopper_pp3: three consumer warpgroups at head_dim 64 only"):
-        bench._hopper(causal=False, head_dim=128, pingpong=True, consumers=3)
 
 
 def test_ours_portable_is_opt_in_and_runs_with_the_hopper_forward_switched_off(monkeypatch):

@@ -33,16 +33,6 @@ def test_hopper_forward_matches_the_reference(warp_specialize, overlap, pingpong
                                  pingpong=pingpong)
 
 
-@pytest.mark.parametrize("overlap", [False, True], ids=["pp3", "pp3-overlap"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("padded", [False, True], ids=["nomask", "mask"])
-def test_hopper_pingpong_with_three_consumers_matches_the_reference(overlap, causal, padded):
-    """The ping-pong schedule with three consumer warpgroups (192 query rows per program, 64-key tiles;
-    d = 64 only)."""
-    _check_against_the_reference(64, causal, padded, (torch.bfloat16, torch.float16), overlap=overlap,
-                                 pingpong=True, consumers=3)
-
-
 def _check_against_the_reference(d, causal, padded, dtypes, **schedule):
     from kernels.hopper_attention import hopper_forward
 
@@ -98,8 +88,3 @@ def test_hopper_pingpong_needs_warp_specialisation():
     q = torch.randn(1, 1, 128, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="warp_specialize"):
         hopper_forward(q, q, q, warp_specialize=False, pingpong=True)
-    with pytest.raises(ValueError, match="consumers=3 needs head_dim 64"):
-        q128 = torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16)
-        hopper_forward(q128, q128, q128, pingpong=True, consumers=3)
-    with pytest.raises(ValueError, match="consumers=3: the ping-pong schedule"):
-        hopper_forward(q, q, q, consumers=3)
