@@ -24,9 +24,10 @@ def add_parser(sub) -> None:
                     "(throughput, speedup over softmax, peak memory, training time) from run records and "
                     "`lra bench models` CSVs. steps: the model-step "
                     "benchmark's compact view, batch and mode × length, ms per step of each attention (--bench "
-                    "CSVs) and flash's speed-up over --baseline, as the README shows it. kernels: the dense kernels' "
-                    "headline from `lra bench kernels` CSVs (--kernels): per head dim and pass, the range over N "
-                    "of our TFLOP/s and speed-up over each anchor.")
+                    "CSVs) and flash's speed-up over --baseline, as the README shows it. kernels: the kernels' "
+                    "headlines from `lra bench kernels` CSVs (--kernels): per head dim and pass, the range over N "
+                    "of our dense TFLOP/s and speed-up over each anchor; per layout, our block-sparse speed-up over "
+                    "FlexAttention and time against the dense kernel's.")
     parser.add_argument("tables", nargs="*", default=[], metavar="TABLE",
                         help=f"any of {', '.join(TABLES)} (default: record)")
     add_source_arguments(parser)
@@ -134,7 +135,12 @@ def run(args) -> int:
             kernels = kernels[kernels["seq_len"].isin(args.seq_lens)]
         passes = args.passes or ("fwd", "bwd", "fwd_bwd")
         sections = table.kernel_sections(kernels, passes)
-        text = sections[0].table.to_csv(index=False) if fmt == "csv" else table.render(sections, fmt)
+        if fmt == "csv":  # one CSV: each section's rows under its title
+            import pandas as pd
+
+            text = pd.concat([s.table.assign(table=s.title) for s in sections], ignore_index=True).to_csv(index=False)
+        else:
+            text = table.render(sections, fmt)
         return _write(args, {"kernels": text}, fmt)
     records, bench = filtered_inputs(args)
     check_baseline(args.baseline, records, bench)

@@ -9,7 +9,7 @@
   layout; throughput and memory per length), each a tidy numeric summary (`--format csv`) and
   display sections; `headline`: the table of record's compact view (attention x task); `steps`: the
   model-step benchmark's compact view (batch and mode x length); `kernels`: `lra bench kernels` CSVs
-  and the dense kernels' headline (ranges over N per head dim and pass);
+  and the dense and block-sparse kernels' headlines (ranges over N per head dim and pass);
 - `render`: display sections as Markdown or LaTeX, summaries as CSV;
 - `format`: cell formatting shared with the plots.
 
@@ -19,7 +19,7 @@ from lra.table.accuracy import accuracy_sections, accuracy_summary
 from lra.table.bench import BENCH_COLUMNS, load_bench, load_bench_frame, read_csv_file
 from lra.table.efficiency import EFFICIENCY_COLUMNS, efficiency_sections, efficiency_summary
 from lra.table.headline import HEADLINE_COLUMNS, headline_sections, headline_summary
-from lra.table.kernels import KERNEL_COLUMNS, kernel_ranges, kernel_sections, load_kernels
+from lra.table.kernels import KERNEL_COLUMNS, block_sparse_ranges, kernel_ranges, kernel_sections, load_kernels
 from lra.seq_len import parse_seq_len
 from lra.table.format import NO_VALUE, format_duration, format_rate, format_seq_len, is_missing
 from lra.table.load import filter_frame, load_run_records, normalise_records
@@ -31,8 +31,9 @@ from lra.table.steps import STEPS_COLUMNS, steps_sections, steps_summary
 __all__ = [
     "BENCH_COLUMNS", "EFFICIENCY_COLUMNS", "FORMATS", "HEADLINE_COLUMNS", "KERNEL_COLUMNS", "NO_VALUE",
     "RECORD_COLUMNS", "STEPS_COLUMNS", "accuracy_sections", "accuracy_summary", "efficiency_sections",
-    "efficiency_summary", "filter_frame", "format_duration", "format_rate", "format_seq_len",
-    "headline_sections", "headline_summary", "is_missing", "kernel_ranges", "kernel_sections", "latex_escape",
+    "block_sparse_ranges", "efficiency_summary", "filter_frame", "format_duration", "format_rate",
+    "format_seq_len", "headline_sections", "headline_summary", "is_missing", "kernel_ranges", "kernel_sections",
+    "latex_escape",
     "load_bench", "load_bench_frame", "load_kernels", "load_run_records", "normalise_records", "parse_seq_len",
     "read_csv_file", "record_sections", "record_summary", "render", "scope_line", "Section", "steps_sections",
     "steps_summary", "to_csv",
