@@ -33,7 +33,7 @@ How it is built:
   half an iteration: one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
   Each warpgroup runs the same tiles and instructions on its rows as in the 8-warp consumer (with or
   without ``OVERLAP``), so the results are the same. (A third consumer does not pay: 0.93–1.00× the
-  two at d = 64, results/kernels/hopper_dispatch_h200.md.)
+  two at d = 64; the measurement is in git history: `git show 051804f:results/kernels/hopper_dispatch_h200.md`.)
 - The key loop runs in two parts, like the portable kernel: tiles every row sees in full (no
   element mask) and the causal diagonal / ragged last tile (masked).
 

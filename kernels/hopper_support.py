@@ -20,7 +20,7 @@ DTYPES = ("float16", "bfloat16")
 _ELEM_BYTES = 2  # float16 / bfloat16
 TMA_ALIGN = 16  # bytes: TMA's base address and every stride but the innermost
 _UNALIGNED_BASE = "TMA needs a 16-byte aligned base address"
-# head dim -> least N_k at which the ping-pong forward beats the portable one: results/kernels/hopper_dispatch_h200.md
+# head dim -> least N_k at which the ping-pong forward beats the portable one: results/kernels/h200/hopper.md
 PINGPONG_MIN_KEYS = {128: 1, 64: 2048}
 
 

@@ -47,6 +47,7 @@ bench --name dropout --dropout 0.1 --impls ours sdpa_flash sdpa_cudnn --head-dim
 
 budget_spent && budget_stop
 ${LRA:-lra} plot kernels --kernels "$OUT/dense.csv" --out "$OUT"
-# the README's headline: forward + backward ranges over N per head dim
-${LRA:-lra} table kernels --kernels "$OUT/dense.csv" --passes fwd_bwd --out "$OUT/headline.md"
+# the README's headline: forward + backward ranges over N, dense per head dim, block-sparse per layout
+${LRA:-lra} table kernels --kernels "$OUT/dense.csv" --kernels "$OUT/block_sparse.csv" --passes fwd_bwd \
+  --out "$OUT/headline.md"
 echo "kernel grid complete: $OUT" >&2

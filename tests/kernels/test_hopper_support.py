@@ -136,7 +136,7 @@ def test_eager_dense_forward_takes_the_hopper_kernel():
     (32, 4096, False), (96, 4096, False), (16, 16384, False),
 ])
 def test_hopper_forward_speed_rule(head_dim, n_k, takes):
-    """d = 128 at any N_k, d = 64 from N_k = 2048 (results/kernels/hopper_dispatch_h200.md); no other head dim."""
+    """d = 128 at any N_k, d = 64 from N_k = 2048 (results/kernels/h200/hopper.md); no other head dim."""
     d = head_dim
     tensors = _tensors(((4 * n_k * d, n_k * d, d, 1),) * 4)
     assert takes_hopper_forward(**dict(TAKES, head_dim=d, n_k=n_k, tensors=tensors)) is takes
@@ -209,7 +209,7 @@ def test_hopper_forward_checks_the_output_it_is_given():
 
 def test_the_pingpong_forward_has_two_consumers_and_no_option_for_more():
     """The ping-pong schedule runs two consumer warpgroups; a third did not pay (0.93-1.00x the two at
-    d = 64, results/kernels/hopper_dispatch_h200.md), so there is no option for it."""
+    d = 64; `git show 051804f:results/kernels/hopper_dispatch_h200.md`), so there is no option for it."""
     import inspect
 
     hopper = pytest.importorskip("kernels.hopper_attention", reason="this Triton has no Gluon")
