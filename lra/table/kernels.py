@@ -46,8 +46,9 @@ def kernel_ranges(kernels: pd.DataFrame, passes: Iterable[str] = KERNEL_PASSES) 
     of ours' speed-up (anchor ms / ours ms) over each anchor that ran; span names the lengths, e.g.
     "1K–16K". Empty without `ours` cells."""
     ok = kernels[(_pattern(kernels) == "dense") & (kernels["status"] == "ok")]
-    # a file without any anchor (a block-sparse run's own dense reference) would count `ours` twice
-    ok = ok[ok.groupby("file")["impl"].transform(lambda impls: bool(set(impls) & set(KERNEL_ANCHORS)))]
+    if "file" in ok.columns:
+        # a file without any anchor (a block-sparse run's own dense reference) would count `ours` twice
+        ok = ok[ok.groupby("file")["impl"].transform(lambda impls: bool(set(impls) & set(KERNEL_ANCHORS)))]
     if ok.empty or "ours" not in set(ok["impl"]):
         return pd.DataFrame(), ""
     ms = ok.pivot_table(index=["head_dim", "pass", "seq_len"], columns="impl", values="ms")
@@ -78,7 +79,7 @@ def block_sparse_ranges(kernels: pd.DataFrame, passes: Iterable[str] = KERNEL_PA
     sparse = ok[~_pattern(ok).isin(["dense", "approx"])]
     if sparse.empty or "ours_sparse" not in set(sparse["impl"]):
         return pd.DataFrame(), ""
-    key = ["file", "head_dim", "pass", "seq_len"]
+    key = ["file", "head_dim", "pass", "seq_len"] if "file" in ok.columns else ["head_dim", "pass", "seq_len"]
     cells = sparse.pivot_table(index=[*key, "pattern", "density"], columns="impl", values="ms").reset_index()
     dense = ok[(_pattern(ok) == "dense") & (ok["impl"] == "ours")][[*key, "ms"]].rename(columns={"ms": "dense_ms"})
     cells = cells.merge(dense, on=key, how="left")
