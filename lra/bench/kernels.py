@@ -49,7 +49,7 @@ from lra.bench.kernel_options import DENSE_IMPLS, DTYPES, PASSES, K, add_argumen
 from lra.bench.resume import differences, earlier_runs
 from lra.commands.parser import Parser
 from lra.records import atomic_write_text
-from lra.table.kernels import KERNEL_ANCHORS as ANCHORS
+from lra.table.kernels import KERNEL_ANCHORS as ANCHORS, sparse_time_bound
 
 COLUMNS = ["impl", "pass", "seq_len", "head_dim", "batch", "heads", "dtype", "pattern", "density", "ms", "tflops",
            "extra_mem_gb", "status", "note"]
@@ -395,7 +395,7 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
                 f"{f_ms / o_ms:.2f}x" if o_ms and f_ms else "",
                 _fmt(d_ms, 3) if d_ms else "",
                 f"{o_ms / d_ms:.3f}" if o_ms and d_ms else "",
-                f"{1.25 * dens + 0.02:.3f}"]) + " |")
+                f"{sparse_time_bound(dens):.3f}"]) + " |")
         lines.append("")
     approx = df[df["pattern"] == "approx"]
     if not approx.empty:

@@ -5,6 +5,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from lra.bench.kernel_options import PASSES as KERNEL_PASSES
 from lra.commands.parser import Parser, seq_len
 
 TABLES = ("record", "headline", "accuracy", "efficiency", "steps", "kernels")
@@ -42,7 +43,7 @@ def add_parser(sub) -> None:
                         help="folder of published-number CSVs (default: results/published of this checkout)")
     parser.add_argument("--kernels", action="append", type=Path, default=[], metavar="FILE",
                         help="kernels table: CSV written by `lra bench kernels` (repeatable)")
-    parser.add_argument("--passes", nargs="+", choices=("fwd", "bwd", "fwd_bwd"), default=None, metavar="PASS",
+    parser.add_argument("--passes", nargs="+", choices=KERNEL_PASSES, default=None, metavar="PASS",
                         help="kernels table: only these passes (fwd, bwd, fwd_bwd; default all)")
     add_filter_arguments(parser)
     parser.set_defaults(func=run)
@@ -133,8 +134,7 @@ def run(args) -> int:
         kernels = table.load_kernels(args.kernels)
         if args.seq_lens:
             kernels = kernels[kernels["seq_len"].isin(args.seq_lens)]
-        passes = args.passes or ("fwd", "bwd", "fwd_bwd")
-        sections = table.kernel_sections(kernels, passes)
+        sections = table.kernel_sections(kernels, args.passes or KERNEL_PASSES)
         if fmt == "csv":  # one CSV: each section's rows under its title
             import pandas as pd
 

@@ -23,6 +23,12 @@ KERNEL_ANCHORS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax
 _K = 1024
 
 
+def sparse_time_bound(density):
+    """The block-sparse kernel's time target as a fraction of the dense kernel's at the same N, d and
+    pass: 1.25 x density + 0.02 (a float or a pandas Series)."""
+    return 1.25 * density + 0.02
+
+
 def load_kernels(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Concatenate `lra bench kernels` CSVs; a file of the wrong kind is one clear error naming it."""
     frames = []
@@ -84,7 +90,7 @@ def block_sparse_ranges(kernels: pd.DataFrame, passes: Iterable[str] = KERNEL_PA
     dense = ok[(_pattern(ok) == "dense") & (ok["impl"] == "ours")][[*key, "ms"]].rename(columns={"ms": "dense_ms"})
     cells = cells.merge(dense, on=key, how="left")
     cells["vs_flex"] = cells["flex_sparse"] / cells["ours_sparse"] if "flex_sparse" in cells else float("nan")
-    cells["of_bound"] = cells["ours_sparse"] / cells["dense_ms"] / (1.25 * cells["density"] + 0.02)
+    cells["of_bound"] = cells["ours_sparse"] / cells["dense_ms"] / sparse_time_bound(cells["density"])
     rows = []
     for d in cells["head_dim"].drop_duplicates():
         for p in (p for p in KERNEL_PASSES if p in set(passes)):
