@@ -77,13 +77,15 @@ def lse_of(row_stats: Tensor) -> Tensor:
     return row_stats[:, :, 0]
 
 
-def backward_buffers(B: int, H: int, n_q: int, d: int, device: torch.device,
-                     fused_dq: bool) -> tuple[Tensor, Optional[Tensor]]:
+def backward_buffers(B: int, H: int, n_q: int, d: int, device: torch.device, fused_dq: bool,
+                     exact_p: bool) -> tuple[Tensor, Optional[Tensor]]:
     """The backward's float32 work buffers, contiguous as the kernels address them: the query rows'
-    delta = rowsum(dO * O) - dLSE, (B, H, N_q) (written by the dQ kernel, or the preprocess kernel of
-    the one-pass form); and with the one-pass dropout backward dQ's sum (B, H, N_q, d) (zeroed by
-    the preprocess kernel), else None."""
-    stats = torch.empty((B, H, n_q), dtype=torch.float32, device=device)
+    statistics that the dK/dV loop reads as they are (written by the dQ kernel, or the preprocess
+    kernel of the one-pass form), ``[:, :, 0]`` delta = rowsum(dO * O) - dLSE, ``[:, :, 1]`` P's
+    b and, with ``exact_p`` (:func:`exact_probabilities`), ``[:, :, 2]`` the row max m: (B, H, 3,
+    N_q), else (B, H, 2, N_q) (:mod:`kernels.triton_attention`); and with the one-pass dropout
+    backward dQ's sum (B, H, N_q, d) (zeroed by the preprocess kernel), else None."""
+    stats = torch.empty((B, H, 3 if exact_p else 2, n_q), dtype=torch.float32, device=device)
     dq_acc = torch.empty((B, H, n_q, d), dtype=torch.float32, device=device) if fused_dq else None
     return stats, dq_acc
 
@@ -168,7 +170,7 @@ def _backward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: in
                  EXACT_P=exact_probabilities(dtype))
     if fused_dq:
         first_grid = (cdiv(n_q, PRE_BLOCK_M), B * H)
-        first = dict(BLOCK_M=PRE_BLOCK_M, BLOCK_D=padded_head_dim(d), HAS_DLSE=has_dlse)
+        first = dict(BLOCK_M=PRE_BLOCK_M, BLOCK_D=padded_head_dim(d), HAS_DLSE=has_dlse, EXACT_P=flags["EXACT_P"])
     else:
         t = all_tiles.dq
         first_grid = _grid(cdiv(n_q, t.block_m), B * H, sparse)
@@ -211,13 +213,14 @@ def forward(launch: Callable, q: Tensor, k: Tensor, v: Tensor, key_padding_mask:
 def backward(launch: Callable, grad_out, grad_row_stats, q, k, v, out, row_stats, key_padding_mask, seed,
              dkdv_indices, dkdv_counts, dq_indices, dq_counts, causal, dropout_p, softmax_scale, tiles,
              grads: Optional[tuple] = None):
-    """The backward launches -> (dq, dk, dv): the dQ kernel, which also stores every query row's
-    delta, then the dK/dV kernel, which reads it (launched in that order on one stream, or ordered
-    by the data dependency under the triton_op form); both recompute P from the forward's
-    ``row_stats``. ``grad_row_stats``: the gradient of ``row_stats`` (only its lse row, ``[:, :, 0]``,
-    is differentiable: :func:`lse_of`) or None. With the one-pass dropout backward
-    (:func:`kernels.dropout.fused_backward`) the preprocess kernel computes delta and zeroes a
-    float32 dQ buffer, and the dK/dV kernel computes dQ into it; the dQ kernel is not launched.
+    """The backward launches -> (dq, dk, dv): the dQ kernel, which recomputes P from the forward's
+    ``row_stats`` and also stores every query row's delta and P's row terms
+    (:func:`backward_buffers`), then the dK/dV kernel, which reads those (launched in that order on
+    one stream, or ordered by the data dependency under the triton_op form). ``grad_row_stats``:
+    the gradient of ``row_stats`` (only its lse row, ``[:, :, 0]``, is differentiable:
+    :func:`lse_of`) or None. With the one-pass dropout backward
+    (:func:`kernels.dropout.fused_backward`) the preprocess kernel stores those row statistics and
+    zeroes a float32 dQ buffer, and the dK/dV kernel computes dQ into it; the dQ kernel is not launched.
     ``grads``: (dq, dk, dv) tensors of q's, k's and v's shapes and dtype, any strides, to write the
     gradients into (the packed path's views of one dQKV tensor); default: new contiguous ones."""
     B, H, n_q, d = q.shape
@@ -229,7 +232,7 @@ def backward(launch: Callable, grad_out, grad_row_stats, q, k, v, out, row_stats
     first_grid, first, dkdv_grid, dkdv, scalars = (_backward_launch if launch is traced else _backward_launch_cached)(
         tuple(tiles), q.dtype, q.is_cuda, B, H, n_q, n_k, d, causal, has_pad, dropout_p, sparse, softmax_scale,
         fused_dq, has_dlse)
-    stats, dq_acc = backward_buffers(B, H, n_q, d, q.device, fused_dq)
+    stats, dq_acc = backward_buffers(B, H, n_q, d, q.device, fused_dq, dkdv["EXACT_P"])
     if grads is not None:
         dq, dk, dv = grads
     else:
@@ -243,7 +246,7 @@ def backward(launch: Callable, grad_out, grad_row_stats, q, k, v, out, row_stats
     do_strides = grad_out.stride()
     if fused_dq:
         launch(kern.flash_bwd_preprocess_kernel)[first_grid](
-            out, grad_out, dlse, stats, dq_acc, *out.stride(), *do_strides, H, n_q, d, **first,
+            out, grad_out, row_stats, dlse, stats, dq_acc, *out.stride(), *do_strides, H, n_q, d, **first,
         )
     else:
         launch(kern.flash_bwd_dq_kernel)[first_grid](
@@ -253,7 +256,7 @@ def backward(launch: Callable, grad_out, grad_row_stats, q, k, v, out, row_stats
             *_sparse_strides(dq_indices, dq_counts), *scalars, **first,
         )
     launch(kern.flash_bwd_dkdv_kernel)[dkdv_grid](
-        q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, stats, row_stats, pad, seed_arg,
+        q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, stats, pad, seed_arg,
         dkdv_indices if sparse else q, dkdv_counts if sparse else q,
         *q.stride(), *k.stride(), *v.stride(), *do_strides, *dk.stride(), *dv.stride(), *pad_strides,
         *_sparse_strides(dkdv_indices, dkdv_counts), *scalars, **dkdv,

@@ -33,13 +33,16 @@ d = 32 and 64 on the H200); ``tests/kernels/test_peaked_gradients.py`` holds bot
 back-ends' gradient error. A row that sees no key stores ``m = +inf``, ``log2(l) = 0`` (and
 ``LSE = -inf``, read as ``+inf``), so its P is 0. dQ is computed in one pass over query tiles and dK/dV in another
 pass over key tiles: every output element is written by exactly one program, so the backward is
-deterministic and uses no atomics. The dQ pass runs first and also stores each query row's
-``delta = rowsum(dO * O) - dLSE``, which the dK/dV pass reads: two launches. With ``FUSED_DQ``
-(the default for calls with dropout, see :func:`kernels.dropout.fused_backward`) the dK/dV pass
-also computes dQ, adding each (query tile, key tile) share into a float32 buffer with atomics, and
-the dQ pass is skipped: a preprocess kernel computes delta and zeroes that buffer, then one pass,
-with one dropout-mask generation instead of two, at the price of a dQ whose last bits vary from
-run to run.
+deterministic and uses no atomics. The dQ pass runs first and also stores, per query row, what the
+dK/dV pass's loop reads as it is: STATS, float32 (B, H, 3, N_Q) = [delta, b, m] for ``EXACT_P``
+and (B, H, 2, N_Q) = [delta, b] for bfloat16, where ``delta = rowsum(dO * O) - dLSE`` and (m, b)
+are P's row terms (:func:`_softmax_rows`: ``b = log2(l)`` for ``EXACT_P``, ``b = LSE * log2(e)``
+with ``-inf`` -> ``+inf`` for bfloat16), so that loop converts no statistic per query tile: two
+launches. With ``FUSED_DQ`` (the default for calls with dropout, see
+:func:`kernels.dropout.fused_backward`) the dK/dV pass also computes dQ, adding each (query tile,
+key tile) share into a float32 buffer with atomics, and the dQ pass is skipped: a preprocess kernel
+stores STATS and zeroes that buffer, then one pass, with one dropout-mask generation instead of
+two, at the price of a dQ whose last bits vary from run to run.
 
 Dropout (see :func:`dropout_keep`) is counter-based: Philox-4x32-7 keyed by a 64-bit seed, with
 the counter ``(key index // 16, query index, batch * heads + head, 0)``; its 128 output bits are
@@ -444,6 +447,56 @@ def _softmax_rows(rows_base, rows, N_Q, EVEN_M: tl.constexpr, EXACT_P: tl.conste
 
 
 @triton.jit
+def _stats_base(STATS, bh, N_Q, EXACT_P: tl.constexpr):
+    """Where the backward statistics of (batch * heads + head) ``bh`` start in STATS, contiguous
+    float32 rows [delta, b, m] (``EXACT_P``: (B, H, 3, N_Q)) or [delta, b] (else: (B, H, 2, N_Q);
+    P needs no m there)."""
+    if EXACT_P:
+        base = STATS + bh.to(tl.int64) * 3 * N_Q
+    else:
+        base = STATS + bh.to(tl.int64) * 2 * N_Q
+    return base
+
+
+@triton.jit
+def _store_stats(stats_base, rows, N_Q, row_max, row_b, EVEN_M: tl.constexpr, EXACT_P: tl.constexpr):
+    """P's row terms (m, b) of :func:`_softmax_rows` for query rows ``rows`` into STATS at
+    ``stats_base`` (:func:`_stats_base`): b at row 1, m at row 2 (``EXACT_P`` only); rows past N_Q
+    are not stored. delta (row 0) is stored by the caller."""
+    if EVEN_M:
+        tl.store(stats_base + N_Q + rows, row_b)
+        if EXACT_P:
+            tl.store(stats_base + 2 * N_Q + rows, row_max)
+    else:
+        tl.store(stats_base + N_Q + rows, row_b, mask=rows < N_Q)
+        if EXACT_P:
+            tl.store(stats_base + 2 * N_Q + rows, row_max, mask=rows < N_Q)
+
+
+@triton.jit
+def _load_stats(stats_base, rows, N_Q, EVEN_M: tl.constexpr, EXACT_P: tl.constexpr):
+    """(delta, m, b) of query rows ``rows`` from STATS at ``stats_base`` (:func:`_stats_base`), as
+    stored, for :func:`_probabilities` (without ``EXACT_P`` m is b, unused). Rows past N_Q read as
+    a row that sees no key: delta 0 and m = +inf, b = 0 (``EXACT_P``) or b = +inf, so P = 0."""
+    if EVEN_M:
+        delta = tl.load(stats_base + rows)
+        row_b = tl.load(stats_base + N_Q + rows)
+        if EXACT_P:
+            row_max = tl.load(stats_base + 2 * N_Q + rows)
+        else:
+            row_max = row_b
+    else:
+        delta = tl.load(stats_base + rows, mask=rows < N_Q, other=0.0)
+        if EXACT_P:
+            row_b = tl.load(stats_base + N_Q + rows, mask=rows < N_Q, other=0.0)
+            row_max = tl.load(stats_base + 2 * N_Q + rows, mask=rows < N_Q, other=float("inf"))
+        else:
+            row_b = tl.load(stats_base + N_Q + rows, mask=rows < N_Q, other=float("inf"))
+            row_max = row_b
+    return delta, row_max, row_b
+
+
+@triton.jit
 def _probabilities(s, m, b, qk_scale, EXACT_P: tl.constexpr):
     """P of raw scores ``s`` from :func:`_softmax_rows`' (m, b), broadcast to ``s``'s shape."""
     if EXACT_P:
@@ -458,16 +511,17 @@ def _probabilities(s, m, b, qk_scale, EXACT_P: tl.constexpr):
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def flash_bwd_preprocess_kernel(
-    O, DO, DLSE, STATS, DQ_ACC,
+    O, DO, ROWS, DLSE, STATS, DQ_ACC,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     H, N_Q, HEAD_DIM,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_DLSE: tl.constexpr, EXACT_P: tl.constexpr,
 ):
-    """The query rows' delta into STATS (see :func:`flash_bwd_dq_kernel`), and
-    zeroes the same rows of the one-pass backward's float32 dQ accumulator DQ_ACC (contiguous (B, H,
-    N_Q, HEAD_DIM)), which the dK/dV kernel then adds into: one launch fewer than a separate fill.
-    (The two-pass backward has no preprocess: its dQ kernel computes the row statistics.)"""
+    """The query rows' backward statistics into STATS (delta and P's row terms from the forward's
+    ROWS, see :func:`flash_bwd_dq_kernel`), and zeroes the same rows of the one-pass backward's
+    float32 dQ accumulator DQ_ACC (contiguous (B, H, N_Q, HEAD_DIM)), which the dK/dV kernel then
+    adds into: one launch fewer than a separate fill. (The two-pass backward has no preprocess: its
+    dQ kernel stores STATS.)"""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b64 = (pid_bh // H).to(tl.int64)
@@ -480,7 +534,10 @@ def flash_bwd_preprocess_kernel(
                     + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, False, False)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     row_ok = offs_m < N_Q
-    tl.store(STATS + row, _row_delta(o, do, DLSE, row, row_ok, HAS_DLSE, False), mask=row_ok)
+    stats_base = _stats_base(STATS, pid_bh, N_Q, EXACT_P)
+    tl.store(stats_base + offs_m, _row_delta(o, do, DLSE, row, row_ok, HAS_DLSE, False), mask=row_ok)
+    row_max, row_b = _softmax_rows(ROWS + pid_bh.to(tl.int64) * 3 * N_Q, offs_m, N_Q, False, EXACT_P)
+    _store_stats(stats_base, offs_m, N_Q, row_max, row_b, False, EXACT_P)
     tl.store(DQ_ACC + row[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
@@ -489,8 +546,7 @@ def flash_bwd_preprocess_kernel(
 # backward: dK, dV (one program per key tile, loop over query tiles)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_base,
-                delta_base, idx_base, lo, hi,
+def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, stats_base, idx_base, lo, hi,
                 start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale, seed, bh, drop_threshold,
                 drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
@@ -517,11 +573,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_bas
         if UPCAST:
             q = q.to(tl.float32)
             do = do.to(tl.float32)
-        row_max, row_b = _softmax_rows(rows_base, rows, N_Q, EVEN_M, EXACT_P)
-        if EVEN_M:
-            delta = tl.load(delta_base + rows)
-        else:
-            delta = tl.load(delta_base + rows, mask=rows < N_Q, other=0.0)
+        delta, row_max, row_b = _load_stats(stats_base, rows, N_Q, EVEN_M, EXACT_P)
         # transposed scores: (BLOCK_N keys, BLOCK_M queries)
         qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)
         pT = _probabilities(qkT, row_max[None, :], row_b[None, :], qk_scale, EXACT_P)
@@ -549,7 +601,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_bas
 
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, DQ_ACC, STATS, ROWS, PAD, SEED, IDX, CNT,
+    Q, K, V, DO, DK, DV, DQ_ACC, STATS, PAD, SEED, IDX, CNT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -566,8 +618,8 @@ def flash_bwd_dkdv_kernel(
     FUSED_DQ: tl.constexpr, EXACT_P: tl.constexpr,
 ):
     """dK and dV: one program per (key tile, batch * head), looping over query tiles. Reads the query
-    rows' forward statistics ROWS and their delta, STATS, stored by the dQ kernel launched before it
-    (or, with ``FUSED_DQ``, by the preprocess kernel).
+    rows' backward statistics STATS ([delta, b, m], see :func:`flash_bwd_dq_kernel`), stored by the
+    dQ kernel launched before it (or, with ``FUSED_DQ``, by the preprocess kernel).
 
     ``FUSED_DQ`` (the one-pass backward, the default under dropout): the loop also computes
     dQ, adding every (query tile, key tile) share into ``DQ_ACC``, a zero-initialised contiguous
@@ -599,8 +651,7 @@ def flash_bwd_dkdv_kernel(
         v = v.to(tl.float32)
     q_ptrs0 = Q + b64 * stride_qb + h64 * stride_qh + offs_m0[:, None] * stride_qm + offs_d[None, :] * stride_qd
     do_ptrs0 = DO + b64 * stride_dob + h64 * stride_doh + offs_m0[:, None] * stride_dom + offs_d[None, :] * stride_dod
-    delta_base = STATS + pid_bh.to(tl.int64) * N_Q
-    rows_base = ROWS + pid_bh.to(tl.int64) * 3 * N_Q
+    stats_base = _stats_base(STATS, pid_bh, N_Q, EXACT_P)
     if HAS_DROPOUT:
         seed = tl.load(SEED)
     else:
@@ -638,14 +689,14 @@ def flash_bwd_dkdv_kernel(
             part_lo = 0
             part_hi = 0
         full_hi = n_m_tiles
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_base, delta_base, idx_base,
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, stats_base, idx_base,
                          full_lo, full_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM, causal_offset, qk_scale,
                          seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                          BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, False, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
                          dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
                          FUSED_DQ and (HAS_PAD or not EVEN_N), EXACT_P)
     if IS_CAUSAL or SPARSE:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, rows_base, delta_base,
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, stats_base,
                              idx_base, part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM,
                              causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                              BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
@@ -730,11 +781,14 @@ def flash_bwd_dq_kernel(
     EXACT_P: tl.constexpr,
 ):
     """dQ: one program per (query tile, batch * head), looping over key tiles; launched before the
-    dK/dV kernel, whose per-row statistic it computes and stores for its own query rows into STATS,
-    a contiguous float32 (B, H, N_Q) buffer: delta = rowsum(dO * O) - dLSE (``HAS_DLSE``). P comes
-    from the forward's row statistics ROWS (m, log2(l)). Every query tile row of every (batch, head)
-    has a program, with or without key tiles to visit (causal rows that see no key, block-sparse rows
-    without blocks), so every row is written (rows past N_Q read as zero dO and O)."""
+    dK/dV kernel, whose per-row statistics it computes and stores for its own query rows into STATS,
+    a contiguous float32 buffer (:func:`_stats_base`): ``STATS[:, :, 0]`` = delta = rowsum(dO * O) -
+    dLSE (``HAS_DLSE``), ``STATS[:, :, 1]`` = b and, ``EXACT_P`` only, ``STATS[:, :, 2]`` = m: P's
+    row terms, computed once per row from the forward's row statistics ROWS (:func:`_softmax_rows`),
+    which this kernel's own loop uses too. So STATS is (B, H, 3, N_Q) for ``EXACT_P`` and (B, H, 2,
+    N_Q) for bfloat16. Every query tile row of every (batch, head) has a program, with or without
+    key tiles to visit (causal rows that see no key, block-sparse rows without blocks), so every row
+    is written (rows past N_Q read as zero dO and O)."""
     # float scalars: float32 (see flash_fwd_kernel)
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -759,11 +813,13 @@ def flash_bwd_dq_kernel(
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     delta = _row_delta(o, do, DLSE, row, offs_m < N_Q, HAS_DLSE, EVEN_M)
     row_max, row_b = _softmax_rows(ROWS + pid_bh.to(tl.int64) * 3 * N_Q, offs_m, N_Q, EVEN_M, EXACT_P)
-    stats = STATS + row
+    stats_base = _stats_base(STATS, pid_bh, N_Q, EXACT_P)
+    stats = stats_base + offs_m
     if EVEN_M:
         tl.store(stats, delta)
     else:
         tl.store(stats, delta, mask=offs_m < N_Q)
+    _store_stats(stats_base, offs_m, N_Q, row_max, row_b, EVEN_M, EXACT_P)
     # the loop reads delta back from STATS (after a barrier: other threads of the program stored it)
     # instead of taking the reduction's result, whose layout the compiler would carry into the loop:
     # on sm_90 the float32 d=128 variant then spills (~340 spill stores against ~4; compile_check

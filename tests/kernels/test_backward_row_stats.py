@@ -1,9 +1,11 @@
 """The per-row statistics the backward reads: the forward's [lse, m, log2(l)] of every query row
 (``launch_args.new_row_stats``; m the row max of the raw scores, l the softmax denominator relative
-to it; m = +inf, log2(l) = 0 for a row that sees no key), and the backward's delta (rowsum(dO * O) -
-dLSE), written before the dK/dV kernel reads it -- by the dQ kernel in the two-pass backward (a
-program per query tile row, whether or not it has keys to visit), by the preprocess kernel in the
-one-pass dropout backward.
+to it; m = +inf, log2(l) = 0 for a row that sees no key), and the backward's own [delta, b, m]
+(delta = rowsum(dO * O) - dLSE; b and m the terms of P: log2(l) and m for float16 / float32, or
+lse * log2(e) with -inf -> +inf and no m for bfloat16; ``launch_args.backward_buffers``), written
+before the dK/dV kernel reads them -- by the dQ kernel in the two-pass backward (a program per query
+tile row, whether or not it has keys to visit), by the preprocess kernel in the one-pass dropout
+backward.
 
 The tests fill both buffers with NaN before the launches (``launch_args.new_row_stats`` and
 ``launch_args.backward_buffers`` wrapped), so a row that no program writes shows up, and compare
@@ -28,8 +30,8 @@ SMALL = Tiles(PassTiles(32, 16), PassTiles(16, 32), PassTiles(32, 16))
 
 @pytest.fixture
 def buffers(monkeypatch):
-    """(row statistics of every forward, (B, H, 3, N_q); delta of every backward, (B, H, N_q)), each
-    NaN until a kernel writes it."""
+    """(row statistics of every forward, (B, H, 3, N_q); backward statistics of every backward,
+    (B, H, 3 or 2, N_q)), each NaN until a kernel writes it."""
     made = ([], [])
     new_row_stats, backward_buffers = launch_args.new_row_stats, launch_args.backward_buffers
 
@@ -49,14 +51,25 @@ def buffers(monkeypatch):
 
 
 def _check_stats(buffers, out, lse, grad_out, n_k, grad_lse=None, max_score=None, scale=0.25):
-    """The one forward's row statistics and the one backward's delta against float64: delta =
+    """The one forward's row statistics and the one backward's statistics against float64: delta =
     rowsum(dO * O) - dLSE; the forward's lse row equal to ``lse``, m to ``max_score`` (the row max of
     the raw scores q k^T over the allowed keys, when given), lse = (m * scale * log2(e) + log2(l)) *
-    ln(2) with 0 <= log2(l) <= log2(n_k); rows with lse = -inf: m = +inf and log2(l) = 0."""
-    (rows,), (delta,) = buffers
+    ln(2) with 0 <= log2(l) <= log2(n_k); rows with lse = -inf: m = +inf and log2(l) = 0. The
+    backward's b and m: the forward's log2(l) and m exactly (float16 / float32 inputs), or lse *
+    log2(e) in float32 with -inf -> +inf (bfloat16)."""
+    (rows,), (stats,) = buffers
     lse_row, row_max, log2_l = rows.cpu().double().unbind(2)
-    delta = delta.cpu()
-    assert not delta.isnan().any() and not rows.isnan().any(), "a query row's statistics were not written"
+    stats = stats.cpu()
+    assert not stats.isnan().any() and not rows.isnan().any(), "a query row's statistics were not written"
+    delta = stats[:, :, 0]
+    if out.dtype == torch.bfloat16:
+        assert stats.shape[2] == 2
+        lse32 = rows.cpu()[:, :, 0]
+        want_b = torch.where(torch.isneginf(lse32), float("inf"), lse32 * math.log2(math.e))
+        assert torch.allclose(stats[:, :, 1], want_b, rtol=1e-6, atol=0)
+    else:
+        assert stats.shape[2] == 3
+        assert torch.equal(stats[:, :, 1], rows.cpu()[:, :, 2]) and torch.equal(stats[:, :, 2], rows.cpu()[:, :, 1])
     want_delta = (grad_out.double() * out.detach().double()).sum(-1).cpu()
     if grad_lse is not None:
         want_delta -= grad_lse.double().cpu()
@@ -86,7 +99,7 @@ def _max_score(q, k, allowed):
     (64, 64, True, True),    # every side a multiple of its tile
 ])
 def test_lse_gradient_rows_without_keys(buffers, n_q, n_k, causal, padded):
-    """With an lse gradient on every row: delta and lse2 of every row, gradients as the reference's,
+    """With an lse gradient on every row: the statistics of every row, gradients as the reference's,
     and rows that see no key pass exactly zero gradient (their lse is -inf; dLSE does not leak)."""
     q, k, v = make_qkv(2, 2, n_q, n_k, 16, torch.float32, seed=11)
     mask = None
@@ -159,6 +172,27 @@ def test_dropout_both_backward_forms(buffers, one_pass):
                 out, lse = flash_attention(q, k, v, causal=True, dropout_p=0.2, return_lse=True)
                 out.backward(grad_out)
     _check_stats(buffers, out, lse, grad_out, 45)
+
+
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_bfloat16(buffers, one_pass):
+    """bfloat16: the backward stores [delta, b = lse * log2(e)] (no m); causal with N_q > N_k, so the
+    first rows see no key (b = +inf, no gradient), and the last query tile is ragged; the two-pass
+    backward (no dropout), or the one-pass one (dropout)."""
+    q, k, v = make_qkv(1, 2, 70, 45, 16, torch.bfloat16, seed=19)
+    grad_out = torch.randn(1, 2, 70, 16, generator=torch.Generator().manual_seed(20)).to(DEVICE, torch.bfloat16)
+    with override(SMALL):
+        out, lse = flash_attention(q, k, v, causal=True, dropout_p=0.2 if one_pass else 0.0, return_lse=True)
+        out.backward(grad_out)
+    _check_stats(buffers, out, lse, grad_out, 45)
+    unseen = torch.isneginf(lse.detach())
+    assert unseen.any() and torch.all(q.grad[unseen] == 0)
+    if not one_pass:
+        qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
+        ref, _ = attention_reference(qr, kr, vr, causal=True)
+        ref.backward(grad_out.double())
+        for name, got, want in (("dq", q.grad, qr.grad), ("dk", k.grad, kr.grad), ("dv", v.grad, vr.grad)):
+            assert rel_err(got, want) < TOL[torch.bfloat16], name
 
 
 def test_packed(buffers):
