@@ -8,7 +8,8 @@
 # Writes OUT/<regime>_<mode>.{csv,md,meta.json} (paper batch = 262,144 tokens per step, small =
 # 32,768; modes eager, compiled, cudagraphs = torch.compile mode reduce-overhead), OUT/user_<mode>.*
 # (`--model user`: the kernel as a drop-in in a plain torch.nn model), the baselines at the small
-# batch up to 64K, OUT/efficiency.md and the README's compact view OUT/steps.md. Every file resumes
+# batch up to 64K, OUT/efficiency.md and the README's compact views OUT/steps.md (the LRA model) and
+# OUT/user_steps.md (the user's model). Every file resumes
 # (`--resume` keeps measured cells); with MINUTES no new file is started after the deadline, and
 # running the same command again measures what is missing.
 set -euo pipefail
@@ -56,4 +57,11 @@ for name in paper_compiled paper_eager small_compiled small_eager; do
 done
 (( ${#steps[@]} )) && ${LRA:-lra} table steps --runs-dir "$OUT/no-runs" --baseline sdpa \
   --attentions sdpa flash flash_sparse "${steps[@]}" --out "$OUT/steps.md"
+# the same view of the user's own model: SDPA cuDNN / SDPA FlashAttention-2 / flash
+user=()
+for name in user_compiled user_eager; do
+  [[ -f "$OUT/$name.csv" ]] && user+=(--bench "$OUT/$name.csv")
+done
+(( ${#user[@]} )) && ${LRA:-lra} table steps --runs-dir "$OUT/no-runs" --baseline sdpa \
+  --attentions sdpa sdpa_flash flash "${user[@]}" --out "$OUT/user_steps.md"
 echo "model-step grid complete: $OUT" >&2

@@ -130,6 +130,10 @@ def test_model_step_grid_writes_the_readme_steps_table_from_the_lra_model_files(
     benches = [Path(steps[i + 1]).stem for i, a in enumerate(steps) if a == "--bench"]
     assert benches == ["paper_compiled", "paper_eager", "small_compiled", "small_eager"]  # the LRA model only
     assert steps[steps.index("--baseline") + 1] == "sdpa" and steps[steps.index("--out") + 1] == str(out / "steps.md")
+    user = [c["argv"] for c in calls if c["argv"][:2] == ["table", "steps"]][1]
+    assert [Path(user[i + 1]).stem for i, a in enumerate(user) if a == "--bench"] == ["user_eager"]
+    assert user[user.index("--attentions") + 1:user.index("--attentions") + 4] == ["sdpa", "sdpa_flash", "flash"]
+    assert user[user.index("--out") + 1] == str(out / "user_steps.md")
 
 
 def test_lra_table_sweeps_the_paper_grid_within_the_budget(tmp_path):
