@@ -65,6 +65,11 @@ class Tiles:
             ints += [p.block_m, p.block_n, p.num_warps, p.num_stages]
         object.__setattr__(self, "_ints", tuple(ints))
 
+    def __hash__(self) -> int:
+        # the 12 ints identify the tiles (equal tiles have equal ints): one tuple hash instead of the
+        # generated hash of three PassTiles, for the caches keyed by tiles (_with_dkdv, _clamped)
+        return hash(self._ints)
+
     def as_list(self) -> list[int]:
         """12 ints: (block_m, block_n, num_warps, num_stages) of fwd, dkdv, dq."""
         return list(self._ints)
@@ -89,6 +94,13 @@ class Tiles:
         if self.fwd.fits(block_size) and self.dkdv.fits(block_size) and self.dq.fits(block_size):
             return self
         return _clamped(self, block_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _with_dkdv(tiles: Tiles, dkdv: PassTiles) -> Tiles:
+    """``tiles`` with the dK/dV pass's tiles replaced (the one-pass dropout backward's own entry):
+    memoised, as :func:`select` asks for it on every call with dropout."""
+    return Tiles(tiles.fwd, dkdv, tiles.dq)
 
 
 @functools.lru_cache(maxsize=256)
@@ -237,7 +249,7 @@ def select(device: torch.device, dtype: torch.dtype, head_dim: int, block_size: 
         else:
             tiles = _GPU_16BIT[d_pad]
         if dropout and fused_bwd and dtype != torch.float32 and d_pad in _GPU_16BIT_DROPOUT_FUSED_DKDV:
-            tiles = Tiles(tiles.fwd, _GPU_16BIT_DROPOUT_FUSED_DKDV[d_pad], tiles.dq)
+            tiles = _with_dkdv(tiles, _GPU_16BIT_DROPOUT_FUSED_DKDV[d_pad])
     else:
         tiles = _CPU
     if block_size is not None:
