@@ -49,18 +49,20 @@ def op_backward(flash_bwd_op, ctx, grad_out, grad_row_stats):
 class FlashFunction(torch.autograd.Function):
     """(out, row statistics) of q, k, v (B, H, N, d) for eager mode, with the registered ops' arguments except
     that the six block-sparse index lists (fwd, dK/dV, dQ indices and counts; or six Nones) come as
-    one tuple, ``lists``, as in :class:`PackedFlashFunction`: not differentiable, cached plans that
-    are never modified, they are kept on ``ctx``, and each argument of ``apply`` fewer saves autograd
-    a step per call."""
+    one tuple, ``lists``, and the launch settings ``(causal, dropout_p, softmax_scale, tiles)`` as
+    another, ``args``, as in :class:`PackedFlashFunction`: neither is differentiable (the lists are
+    cached plans that are never modified), both are kept on ``ctx``, and each argument of ``apply``
+    fewer saves autograd a step per call."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale, tiles):
+    def forward(ctx, q, k, v, key_padding_mask, seed, lists, args):
+        causal, dropout_p, softmax_scale, tiles = args
         with launch_args.device_guard(q):
             out, row_stats = hopper_dispatch.forward(q, k, v, key_padding_mask, seed, lists[0], lists[1], causal,
                                                      dropout_p, softmax_scale, tiles)
         ctx.save_for_backward(q, k, v, out, row_stats, key_padding_mask, seed)
         ctx.lists = lists[2:]  # the backward's index lists (dK/dV, dQ)
-        ctx.args = (causal, dropout_p, softmax_scale, tiles)
+        ctx.args = args
         ctx.set_materialize_grads(False)
         return out, row_stats
 
@@ -73,7 +75,7 @@ class FlashFunction(torch.autograd.Function):
         with launch_args.device_guard(q):
             dq, dk, dv = launch_args.backward(launch_args.eager, grad_out, grad_row_stats, q, k, v, out, row_stats,
                                               key_padding_mask, seed, *ctx.lists, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None, None  # mask, seed, lists, causal, p, scale, tiles
+        return dq, dk, dv, None, None, None, None  # mask, seed, lists, args
 
 
 def unpack_qkv(qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -98,17 +100,19 @@ class PackedFlashFunction(torch.autograd.Function):
     ``views``: (q, k, v) of ``qkv.detach()``, made once by the caller for its checks (a tuple, so
     autograd does not track it; detached views share qkv's version counter, so saving them still
     catches an in-place change of qkv before the backward). ``lists``: the six block-sparse index
-    lists (fwd, dK/dV, dQ indices and counts) or six Nones."""
+    lists (fwd, dK/dV, dQ indices and counts) or six Nones; ``args``: (causal, dropout_p,
+    softmax_scale, tiles)."""
 
     @staticmethod
-    def forward(ctx, qkv, views, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale, tiles):
+    def forward(ctx, qkv, views, key_padding_mask, seed, lists, args):
         q, k, v = views
+        causal, dropout_p, softmax_scale, tiles = args
         with launch_args.device_guard(q):
             out, row_stats = hopper_dispatch.forward(q, k, v, key_padding_mask, seed, *lists[:2], causal, dropout_p,
                                                      softmax_scale, tiles)
         ctx.save_for_backward(q, k, v, out, row_stats, key_padding_mask, seed)
         ctx.lists = lists[2:]  # the backward's index lists (dK/dV, dQ); not differentiable, never modified
-        ctx.args = (causal, dropout_p, softmax_scale, tiles)
+        ctx.args = args
         ctx.set_materialize_grads(False)
         return out.transpose(1, 2)
 
@@ -123,5 +127,5 @@ class PackedFlashFunction(torch.autograd.Function):
         with launch_args.device_guard(q):
             launch_args.backward(launch_args.eager, grad.transpose(1, 2), None, q, k, v, out, row_stats,
                                  key_padding_mask, seed, *ctx.lists, *ctx.args, grads=unpack_qkv(dqkv))
-        return dqkv, None, None, None, None, None, None, None, None
+        return dqkv, None, None, None, None, None  # views, mask, seed, lists, args
 

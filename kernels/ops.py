@@ -100,8 +100,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor
     if torch.compiler.is_compiling():
         return torch.ops.lra_kernels.flash_fwd(q, k, v, key_padding_mask, seed, *lists, causal, dropout_p,
                                                softmax_scale, tiles)
-    return autograd.FlashFunction.apply(q, k, v, key_padding_mask, seed, lists, causal, dropout_p, softmax_scale,
-                                        tiles)
+    return autograd.FlashFunction.apply(q, k, v, key_padding_mask, seed, lists,
+                                        (causal, dropout_p, softmax_scale, tiles))
 
 
 def attention_packed(qkv: Tensor, views: tuple[Tensor, Tensor, Tensor], key_padding_mask: Optional[Tensor],
@@ -114,5 +114,5 @@ def attention_packed(qkv: Tensor, views: tuple[Tensor, Tensor, Tensor], key_padd
         out, _row_stats = torch.ops.lra_kernels.flash_fwd(*autograd.unpack_qkv(qkv), key_padding_mask, seed, *lists,
                                                     causal, dropout_p, softmax_scale, tiles)
         return out.transpose(1, 2)
-    return autograd.PackedFlashFunction.apply(qkv, views, key_padding_mask, seed, lists, causal, dropout_p,
-                                              softmax_scale, tiles)
+    return autograd.PackedFlashFunction.apply(qkv, views, key_padding_mask, seed, lists,
+                                              (causal, dropout_p, softmax_scale, tiles))
