@@ -50,7 +50,10 @@ DKDV = [(32, 128, 4, 3), (32, 128, 8, 3), (64, 128, 4, 3), (64, 128, 8, 3), (64,
         (32, 64, 4, 3), (64, 64, 8, 3), (128, 64, 8, 3), (64, 128, 8, 2)]
 DQ = [(128, 32, 4, 3), (128, 32, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3)]
 FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 3)]
-DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)]
+# the 8-warp 32 x 128 and 64 x 64 tiles compile for sm_90 without spilling at d = 128 (Triton 3.6:
+# 222-234 registers), where 64 x 128 at 8 warps and the 4-warp twins spill
+DKDV_128 = [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3), (32, 128, 8, 3),
+            (64, 64, 8, 3)]
 # block-sparse forward only (--sparse): 64-row query tiles, more programs per SM for the short key
 # loops of very sparse rows (the local layout visits 3 key blocks per query tile)
 FWD_SPARSE = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 128, 4, 2), (64, 64, 2, 3)]
