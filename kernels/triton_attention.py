@@ -459,15 +459,17 @@ def _stats_base(STATS, bh, N_Q, EXACT_P: tl.constexpr):
 
 
 @triton.jit
-def _store_stats(stats_base, rows, N_Q, row_max, row_b, EVEN_M: tl.constexpr, EXACT_P: tl.constexpr):
-    """P's row terms (m, b) of :func:`_softmax_rows` for query rows ``rows`` into STATS at
-    ``stats_base`` (:func:`_stats_base`): b at row 1, m at row 2 (``EXACT_P`` only); rows past N_Q
-    are not stored. delta (row 0) is stored by the caller."""
+def _store_stats(stats_base, rows, N_Q, delta, row_max, row_b, EVEN_M: tl.constexpr, EXACT_P: tl.constexpr):
+    """The backward statistics of query rows ``rows`` into STATS at ``stats_base``
+    (:func:`_stats_base`): delta at row 0, P's row terms (m, b) of :func:`_softmax_rows` at rows 1
+    (b) and 2 (m, ``EXACT_P`` only); rows past N_Q are not stored."""
     if EVEN_M:
+        tl.store(stats_base + rows, delta)
         tl.store(stats_base + N_Q + rows, row_b)
         if EXACT_P:
             tl.store(stats_base + 2 * N_Q + rows, row_max)
     else:
+        tl.store(stats_base + rows, delta, mask=rows < N_Q)
         tl.store(stats_base + N_Q + rows, row_b, mask=rows < N_Q)
         if EXACT_P:
             tl.store(stats_base + 2 * N_Q + rows, row_max, mask=rows < N_Q)
@@ -534,10 +536,9 @@ def flash_bwd_preprocess_kernel(
                     + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, False, False)
     row = pid_bh.to(tl.int64) * N_Q + offs_m
     row_ok = offs_m < N_Q
-    stats_base = _stats_base(STATS, pid_bh, N_Q, EXACT_P)
-    tl.store(stats_base + offs_m, _row_delta(o, do, DLSE, row, row_ok, HAS_DLSE, False), mask=row_ok)
+    delta = _row_delta(o, do, DLSE, row, row_ok, HAS_DLSE, False)
     row_max, row_b = _softmax_rows(ROWS + pid_bh.to(tl.int64) * 3 * N_Q, offs_m, N_Q, False, EXACT_P)
-    _store_stats(stats_base, offs_m, N_Q, row_max, row_b, False, EXACT_P)
+    _store_stats(_stats_base(STATS, pid_bh, N_Q, EXACT_P), offs_m, N_Q, delta, row_max, row_b, False, EXACT_P)
     tl.store(DQ_ACC + row[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
@@ -814,12 +815,8 @@ def flash_bwd_dq_kernel(
     delta = _row_delta(o, do, DLSE, row, offs_m < N_Q, HAS_DLSE, EVEN_M)
     row_max, row_b = _softmax_rows(ROWS + pid_bh.to(tl.int64) * 3 * N_Q, offs_m, N_Q, EVEN_M, EXACT_P)
     stats_base = _stats_base(STATS, pid_bh, N_Q, EXACT_P)
-    stats = stats_base + offs_m
-    if EVEN_M:
-        tl.store(stats, delta)
-    else:
-        tl.store(stats, delta, mask=offs_m < N_Q)
-    _store_stats(stats_base, offs_m, N_Q, row_max, row_b, EVEN_M, EXACT_P)
+    _store_stats(stats_base, offs_m, N_Q, delta, row_max, row_b, EVEN_M, EXACT_P)
+    stats = stats_base + offs_m  # delta's row
     # the loop reads delta back from STATS (after a barrier: other threads of the program stored it)
     # instead of taking the reduction's result, whose layout the compiler would carry into the loop:
     # on sm_90 the float32 d=128 variant then spills (~340 spill stores against ~4; compile_check
