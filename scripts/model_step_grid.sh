@@ -50,18 +50,20 @@ csvs=()
 for f in "$OUT"/*.csv; do csvs+=(--bench "$f"); done
 mkdir -p "$OUT/no-runs"
 ${LRA:-lra} table efficiency --runs-dir "$OUT/no-runs" "${csvs[@]}" --out "$OUT/efficiency.md"
+# steps OUTFILE "ATTENTIONS" NAME...: `lra table steps` over the files NAME.csv that exist
+steps() {
+  local out=$1 attentions=$2 name benches=()
+  shift 2
+  for name in "$@"; do
+    [[ -f "$OUT/$name.csv" ]] && benches+=(--bench "$OUT/$name.csv")
+  done
+  (( ${#benches[@]} )) || return 0
+  # shellcheck disable=SC2086  # ATTENTIONS is a word list
+  ${LRA:-lra} table steps --runs-dir "$OUT/no-runs" --baseline sdpa --attentions $attentions "${benches[@]}" \
+    --out "$OUT/$out"
+}
 # the README's compact view: SDPA / flash / flash_sparse per batch and mode of the LRA model
-steps=()
-for name in paper_compiled paper_eager small_compiled small_eager; do
-  [[ -f "$OUT/$name.csv" ]] && steps+=(--bench "$OUT/$name.csv")
-done
-(( ${#steps[@]} )) && ${LRA:-lra} table steps --runs-dir "$OUT/no-runs" --baseline sdpa \
-  --attentions sdpa flash flash_sparse "${steps[@]}" --out "$OUT/steps.md"
+steps steps.md "sdpa flash flash_sparse" paper_compiled paper_eager small_compiled small_eager
 # the same view of the user's own model: SDPA cuDNN / SDPA FlashAttention-2 / flash
-user=()
-for name in user_compiled user_eager; do
-  [[ -f "$OUT/$name.csv" ]] && user+=(--bench "$OUT/$name.csv")
-done
-(( ${#user[@]} )) && ${LRA:-lra} table steps --runs-dir "$OUT/no-runs" --baseline sdpa \
-  --attentions sdpa sdpa_flash flash "${user[@]}" --out "$OUT/user_steps.md"
+steps user_steps.md "sdpa sdpa_flash flash" user_compiled user_eager
 echo "model-step grid complete: $OUT" >&2
