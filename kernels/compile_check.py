@@ -15,7 +15,8 @@ compiles only those).
 ``--hopper`` compiles the Gluon forward of :mod:`kernels.hopper_attention` instead, through ptxas
 to a cubin: head dims 64 and 128, bfloat16 and float16, causal or not, with or without a
 key-padding mask, each in its six schedules (warp-specialised, single-partition or ping-pong, with
-or without the overlap of one tile's softmax with the previous tile's PV); it prints registers,
+or without the overlap of one tile's softmax with the previous tile's PV) and in the block-sparse
+form of the ping-pong kernel (with and without the overlap); it prints registers,
 spill stores, those inside loops (``loop-spills``), shared memory and the partitions'
 ``setmaxnreg`` counts. It then compiles the Gluon backward of
 :mod:`kernels.hopper_attention_bwd` (its dQ and dK/dV kernels) for the same head dims, dtypes,
@@ -302,11 +303,12 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
 
 
 def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_specialize: bool, overlap: bool,
-                   pingpong: bool = False):
+                   pingpong: bool = False, sparse: bool = False):
     """(Gluon source of the Hopper forward as :func:`kernels.hopper_attention.hopper_forward` launches
     it, its compile options). Integer arguments are left unspecialised (the general variant).
     ``pingpong``: the ping-pong kernel (warp-specialised by construction, ``warp_specialize`` is
-    ignored)."""
+    ignored); with ``sparse`` its block-sparse form, as
+    :func:`kernels.hopper_attention.launch_sparse_forward` launches it."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -319,7 +321,8 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
         return f"tensordesc<{dtype}{block},{gl.NVMMASharedLayout.get_default_for(block, gl_dtype)!r}>"
 
     if pingpong:
-        fn, q_rows, warps = ha.hopper_attention_fwd_pingpong_kernel, ha.PP_ROWS, ha.PP_WARPS
+        fn = ha.hopper_attention_fwd_sparse_kernel if sparse else ha.hopper_attention_fwd_pingpong_kernel
+        q_rows, warps = ha.PP_ROWS, ha.PP_WARPS
         block_n = ha.BLOCK_N
         constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad, OVERLAP=overlap,
                           CONSUMERS=ha.PP_CONSUMERS, CONSUMER_REGS=ha.PP_CONSUMER_REGS, num_warps=warps)
@@ -328,7 +331,7 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
         constexprs = dict(STAGES=ha.stages_for(head_dim), IS_CAUSAL=causal, HAS_PAD=pad,
                           WARP_SPECIALIZE=warp_specialize, OVERLAP=overlap, num_warps=warps)
     types = dict(q_desc=descriptor(q_rows), k_desc=descriptor(block_n), v_desc=descriptor(block_n),
-                 o_desc=descriptor(q_rows), ROWS="*fp32", PAD="*i1", qk_scale="fp32")
+                 o_desc=descriptor(q_rows), ROWS="*fp32", PAD="*i1", IDX="*i32", CNT="*i32", qk_scale="fp32")
     sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
     options = {"num_warps": warps}
     if warp_specialize or pingpong:
@@ -338,23 +341,24 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
 
 def _hopper_variant(variant: tuple, arch: int = 90) -> str:
     """Compiles one Hopper variant (head dim, dtype, causal, pad, schedule) to a cubin; its report
-    line. The schedule: (warp-specialised, overlapped, ping-pong)."""
+    line. The schedule: (warp-specialised, overlapped, ping-pong, block-sparse)."""
     import re
 
     import triton
     from triton.backends.compiler import GPUTarget
 
-    head_dim, dtype, causal, pad, (ws, overlap, pingpong) = variant
-    src, options = _hopper_source(head_dim, dtype, causal, pad, ws, overlap, pingpong)
+    head_dim, dtype, causal, pad, (ws, overlap, pingpong, sparse) = variant
+    src, options = _hopper_source(head_dim, dtype, causal, pad, ws, overlap, pingpong, sparse)
     t0 = time.perf_counter()
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
-    schedule = ("pingpong" if pingpong else "warp-spec" if ws else "1-partition") + ("+overlap" if overlap else "")
+    schedule = ("sparse-pingpong" if sparse else "pingpong" if pingpong else "warp-spec" if ws else "1-partition")
+    schedule += "+overlap" if overlap else ""
     # warp specialisation: REG is the launch cap; the partitions' own budgets are setmaxnreg's
     maxnreg = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
                                                  compiled.asm["ptx"])})
     cubin = compiled.asm["cubin"]
-    line = (f"hopper {dtype:>5} d={head_dim:<3} {schedule:<19} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
+    line = (f"hopper {dtype:>5} d={head_dim:<3} {schedule:<23} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
             f"{_resources(cubin)} loop-spills:{_loop_spills(cubin)} smem:{compiled.metadata.shared}")
     if maxnreg:
         line += " setmaxnreg:" + ",".join(map(str, maxnreg))
@@ -455,9 +459,10 @@ def compile_hopper(jobs: int | None = None):
     checks the Triton version first (:func:`kernels.hopper_support.triton_version_ok`)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    # schedules (warp-specialised, overlapped, ping-pong)
-    schedules = [(True, True, False), (True, False, False), (False, True, False), (False, False, False),
-                 (True, True, True), (True, False, True)]
+    # schedules (warp-specialised, overlapped, ping-pong, block-sparse)
+    schedules = [(True, True, False, False), (True, False, False, False), (False, True, False, False),
+                 (False, False, False, False), (True, True, True, False), (True, False, True, False),
+                 (True, True, True, True), (True, False, True, True)]
     forward = list(itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), schedules))
     backward = itertools.product(("dq", "dkdv"), (64, 128), ("bf16", "fp16"), (False, True), (False, True))
     jobs_list = [("fwd", v) for v in forward] + [("bwd", v) for v in backward]

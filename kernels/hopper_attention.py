@@ -36,10 +36,18 @@ How it is built:
   two at d = 64; the measurement is in git history: `git show 051804f:results/kernels/hopper_dispatch_h200.md`.)
 - The key loop runs in two parts, like the portable kernel: tiles every row sees in full (no
   element mask) and the causal diagonal / ragged last tile (masked).
+- Block-sparse attention (:func:`hopper_attention_fwd_sparse_kernel`, the ping-pong schedule) walks
+  the index lists of a block-sparse plan (:mod:`kernels.block_sparse`) made for this kernel's tile
+  (``BLOCK_M`` x ``BLOCK_N``): one program per launch slot, in the portable kernels'
+  longest-processing-time-first order; the producer loads the K / V tiles the list names, and the
+  consumers run its no-mask group, then its partial one, as the two parts of the dense key loop
+  (step j of the loop fills ring slot j % STAGES and reads list entry j for its masks). With every
+  block on, the lists are the dense kernel's tiles in its order: the same results, bit for bit.
 
 The key-padding mask (bool (B, N_k), True = padding) is read with plain loads in the consumer.
 The launcher :func:`hopper_forward` checks its arguments, builds the host-side TMA descriptors and
-launches (:func:`launch_forward`, which the eager dispatch calls on arguments it has checked);
+launches (:func:`launch_forward`, which the eager dispatch calls on arguments it has checked, as it
+calls :func:`launch_sparse_forward` for the block-sparse kernel);
 :func:`kernels.hopper_support.supported` (re-exported here) says whether a call can take this path
 (Triton release whose Gluon API this was written against, an sm_90 device, dtype, head dim,
 strides). Compile it offline, without a GPU, with ``python -m kernels.compile_check --hopper``.
@@ -56,14 +64,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, softmax_scale_of, tma_descriptor,
-                            tma_load, tma_store)
-from .hopper_support import cuda_capability, supported
+from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, softmax_scale_of, sparse_tile,
+                            tma_descriptor, tma_load, tma_store)
+from .hopper_support import FORWARD_TILE, cuda_capability, supported
 
 LN2 = gl.constexpr(0.6931471805599453)  # ln(2): ln(x) == log2(x) * LN2
 
-BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
-BLOCK_N = 128  # keys per K/V tile
+# query rows per program (two consumer warpgroups of 64 rows) and keys per K/V tile: the tile that
+# block-sparse plans for this forward are made for
+BLOCK_M, BLOCK_N = FORWARD_TILE
 NUM_WARPS = 8  # consumer warps (the default partition)
 PRODUCER_WARPS = gl.constexpr(1)
 PRODUCER_REGS = gl.constexpr(24)  # the fewest registers setmaxnreg allows; the producer only issues TMA copies
@@ -98,19 +107,32 @@ def _load_tile(desc, bufs, ready, b, h, j, slot, pred, BLOCK_N: gl.constexpr, NB
 
 
 @gluon.jit
-def _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end,
-                STAGES: gl.constexpr, BLOCK_N: gl.constexpr, NBYTES_KV: gl.constexpr):
-    """K and V of key tiles [0, end) into the ring, each into a slot only after its consumers have
-    released it (the "empty" barriers count one arrival per consumer partition)."""
+def _key_tile(indices, j, SPARSE: gl.constexpr):
+    """The key tile of step j of a key loop: j itself (dense), or entry j of the block-sparse
+    program's index list ``indices``."""
+    if SPARSE:
+        tile = gl.load(indices + j)
+    else:
+        tile = j
+    return tile
+
+
+@gluon.jit
+def _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, indices,
+                STAGES: gl.constexpr, BLOCK_N: gl.constexpr, NBYTES_KV: gl.constexpr, SPARSE: gl.constexpr):
+    """K and V of the key tiles of steps [0, end) (:func:`_key_tile`) into the ring, step j into
+    slot j % STAGES, each into a slot only after its consumers have released it (the "empty"
+    barriers count one arrival per consumer partition)."""
     for j in range(0, end):
         slot = j % STAGES
+        tile = _key_tile(indices, j, SPARSE)  # block-sparse: loaded while the slot may still be in use
         # an mbarrier starts in phase 0 with the phase before (parity 1) counted as complete, so
         # the first pass over the ring waits for nothing
         free_phase = ((j // STAGES) & 1) ^ 1
         mbarrier.wait(k_empty.index(slot), free_phase)
-        _load_tile(k_desc, k_bufs, k_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+        _load_tile(k_desc, k_bufs, k_ready, b, h, tile, slot, True, BLOCK_N, NBYTES_KV)
         mbarrier.wait(v_empty.index(slot), free_phase)
-        _load_tile(v_desc, v_bufs, v_ready, b, h, j, slot, True, BLOCK_N, NBYTES_KV)
+        _load_tile(v_desc, v_bufs, v_ready, b, h, tile, slot, True, BLOCK_N, NBYTES_KV)
 
 
 @gluon.jit
@@ -124,8 +146,8 @@ def _producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.
     b, h, bh, start_m = coords
     mbarrier.expect(q_bar, NBYTES_Q)
     tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
-    _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, STAGES, BLOCK_N,
-                NBYTES_KV)
+    _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, None, STAGES, BLOCK_N,
+                NBYTES_KV, False)
 
 
 @gluon.jit
@@ -254,24 +276,26 @@ def _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row,
 
 
 @gluon.jit
-def _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, lo, hi, end, rows, N_K, causal_offset, qk_scale,
-                  pad_row, stride_pn, turns, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, MASKED: gl.constexpr,
-                  IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr, WG: gl.constexpr,
-                  PINGPONG: gl.constexpr):
-    """Key tiles [lo, hi), one after the other: S, softmax, then PV, each wgmma waited for at once
-    (the TMA loads of later tiles overlap; the MMAs and the softmax do not). ``s_zero``: a zero
+def _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, lo, hi, end, indices, rows, N_K, causal_offset,
+                  qk_scale, pad_row, stride_pn, turns, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr,
+                  MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr,
+                  WG: gl.constexpr, PINGPONG: gl.constexpr, SPARSE: gl.constexpr):
+    """Key loop steps [lo, hi), one after the other: S, softmax, then PV, each wgmma waited for at
+    once (the TMA loads of later tiles overlap; the MMAs and the softmax do not). ``s_zero``: a zero
     tile in the layout of S (the QK^T wgmma's accumulator operand, ignored with use_acc=False).
-    ``PINGPONG``: each wgmma is one turn of the hand-off (QK^T of tile j is group 2j, its PV
-    2j + 1), so the other consumer's wgmmas run during this one's softmax."""
+    ``PINGPONG``: each wgmma is one turn of the hand-off (QK^T of step j is group 2j, its PV
+    2j + 1), so the other consumer's wgmmas run during this one's softmax. ``SPARSE``: step j's key
+    tile is entry j of ``indices`` (:func:`_key_tile`), read for its masks."""
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     for j in range(lo, hi):
         _take_turn(turns, 2 * j, WG, PINGPONG)
         s = _issue_scores(q_tile, ring, j, s_zero, STAGES)
         _pass_turn(turns, WG, PINGPONG)
+        tile = _key_tile(indices, j, SPARSE)  # read while the wgmma runs
         s = warpgroup_mma_wait(0, deps=[s])
         _release_k(ring, j, STAGES, SELF_LOAD)
-        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, tile, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
                                              MASKED, IS_CAUSAL, HAS_PAD)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
         p_op = gl.convert_layout(p.to(ring[2].dtype), p_layout)
@@ -284,17 +308,18 @@ def _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, lo, hi, end, rows, 
 
 
 @gluon.jit
-def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo, hi, end, rows, N_K,
+def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo, hi, end, indices, rows, N_K,
                              causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES: gl.constexpr,
                              NBYTES_KV: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
                              HAS_PAD: gl.constexpr, SELF_LOAD: gl.constexpr, WG: gl.constexpr,
-                             PINGPONG: gl.constexpr):
-    """Key tiles [lo, hi), lo >= 1, with FlashAttention-3's intra-warpgroup overlap: tile j's QK^T
-    and tile j - 1's PV (``p_op``: tile j - 1's P, in registers) are issued together; wgmma
+                             PINGPONG: gl.constexpr, SPARSE: gl.constexpr):
+    """Key loop steps [lo, hi), lo >= 1, with FlashAttention-3's intra-warpgroup overlap: step j's
+    QK^T and step j - 1's PV (``p_op``: step j - 1's P, in registers) are issued together; wgmma
     groups complete in issue order, so waiting until one group is left in flight gives S_j while
-    the tensor cores still run PV_{j-1}, and tile j's softmax overlaps it. Returns tile hi - 1's P
-    for the caller to finish. ``PINGPONG``: the two wgmmas of tile j are group j of the hand-off
-    (tile 0's QK^T is group 0, the last PV group ``end``)."""
+    the tensor cores still run PV_{j-1}, and step j's softmax overlaps it. Returns step hi - 1's P
+    for the caller to finish. ``PINGPONG``: the two wgmmas of step j are group j of the hand-off
+    (step 0's QK^T is group 0, the last PV group ``end``). ``SPARSE``: step j's key tile is entry j
+    of ``indices`` (:func:`_key_tile`), read for its masks."""
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = p_op.type.layout
     for j in range(lo, hi):
@@ -302,9 +327,12 @@ def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo
         s = _issue_scores(q_tile, ring, j, s_zero, STAGES)
         acc = _issue_pv(p_op, acc, ring, j - 1, STAGES)
         _pass_turn(turns, WG, PINGPONG)
+        # read while the wgmmas run (read before them, the index stays live across the issue and
+        # the d = 128 consumer with a padding mask spills)
+        tile = _key_tile(indices, j, SPARSE)
         s = warpgroup_mma_wait(1, deps=[s])
         _release_k(ring, j, STAGES, SELF_LOAD)
-        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, tile, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn,
                                              MASKED, IS_CAUSAL, HAS_PAD)
         # P_{j-1} (an operand of the PV in flight) stays live until that wgmma has completed
         acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
@@ -315,17 +343,20 @@ def _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, lo
 
 
 @gluon.jit
-def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
-              turns, STAGES: gl.constexpr, NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr, SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr,
-              WG: gl.constexpr, PINGPONG: gl.constexpr):
+def _consumer(descs, bufs, bars, coords, ranges, indices, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset,
+              qk_scale, turns, STAGES: gl.constexpr, NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr,
+              IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr, SELF_LOAD: gl.constexpr,
+              NUM_WARPS: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, SPARSE: gl.constexpr):
     """Consumer partition: the MMAs, the online softmax and the epilogue (O through TMA from the Q
     buffer, which the last QK^T has finished with; the row statistics with plain stores) of the
-    ``BLOCK_M`` query rows from ``start_m`` (``coords``) against key tiles [0, end) (``ranges``). With
-    ``SELF_LOAD`` it also issues the loads (no producer partition). ``OVERLAP``: FlashAttention-3's
+    ``BLOCK_M`` query rows from ``start_m`` (``coords``) against the key loop's steps [0, end)
+    (``ranges``: steps [0, full_hi) need no element mask): key tiles [0, end), or with ``SPARSE``
+    the tiles of the block-sparse index list ``indices`` (:func:`_key_tile`). With ``SELF_LOAD`` it
+    also issues the loads (no producer partition; dense only). ``OVERLAP``: FlashAttention-3's
     overlap of a tile's softmax with the previous tile's PV (:func:`_attend_tiles_overlapped`).
     ``PINGPONG``: consumer ``WG`` (0 or 1) of the ping-pong schedule, one warpgroup, which takes
     turns with the other at issuing wgmmas through the ``turns`` mbarriers (:func:`_take_turn`)."""
+    gl.static_assert(not (SPARSE and SELF_LOAD), "the block-sparse forward loads through a producer partition")
     q_desc, k_desc, v_desc, o_desc = descs
     q_smem, k_bufs, v_bufs = bufs
     q_bar, k_ready, v_ready, k_empty, v_empty = bars
@@ -369,19 +400,21 @@ def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn
             _take_turn(turns, 0, WG, PINGPONG)
             s = _issue_scores(q_tile, ring, 0, s_zero, STAGES)
             _pass_turn(turns, WG, PINGPONG)
+            tile = _key_tile(indices, 0, SPARSE)
             s = warpgroup_mma_wait(0, deps=[s])
             _release_k(ring, 0, STAGES, SELF_LOAD)
-            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, rows, N_K, causal_offset, qk_scale, pad_row,
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, tile, rows, N_K, causal_offset, qk_scale, pad_row,
                                                  stride_pn, True, IS_CAUSAL, HAS_PAD)
             p_op = gl.convert_layout(p.to(k_bufs.dtype), p_layout)
         acc, m_i, l_i, p_op = _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h, 1, full_hi,
-                                                       end, rows, N_K, causal_offset, qk_scale, pad_row, stride_pn, turns,
-                                                       STAGES, NBYTES_KV, False, IS_CAUSAL, HAS_PAD, SELF_LOAD, WG,
-                                                       PINGPONG)
+                                                       end, indices, rows, N_K, causal_offset, qk_scale, pad_row,
+                                                       stride_pn, turns, STAGES, NBYTES_KV, False, IS_CAUSAL, HAS_PAD,
+                                                       SELF_LOAD, WG, PINGPONG, SPARSE)
         acc, m_i, l_i, p_op = _attend_tiles_overlapped(acc, m_i, l_i, p_op, q_tile, s_zero, ring, b, h,
-                                                       gl.maximum(full_hi, 1), end, end, rows, N_K, causal_offset,
-                                                       qk_scale, pad_row, stride_pn, turns, STAGES, NBYTES_KV, True,
-                                                       IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG)
+                                                       gl.maximum(full_hi, 1), end, end, indices, rows, N_K,
+                                                       causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES,
+                                                       NBYTES_KV, True, IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG,
+                                                       SPARSE)
         if end > 0:
             # the last tile's PV
             _take_turn(turns, end, WG, PINGPONG)
@@ -390,12 +423,12 @@ def _consumer(descs, bufs, bars, coords, ranges, ROWS, PAD, stride_pb, stride_pn
             acc = warpgroup_mma_wait(0, deps=[acc])
             _release_kv(ring, b, h, end - 1, end, STAGES, NBYTES_KV, SELF_LOAD)
     else:
-        acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, 0, full_hi, end, rows, N_K,
-                                      causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES, NBYTES_KV, False,
-                                      IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG)
-        acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, full_hi, end, end, rows, N_K,
-                                      causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES, NBYTES_KV, True,
-                                      IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG)
+        acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, 0, full_hi, end, indices, rows,
+                                      N_K, causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES, NBYTES_KV,
+                                      False, IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG, SPARSE)
+        acc, m_i, l_i = _attend_tiles(acc, m_i, l_i, q_tile, s_zero, ring, b, h, full_hi, end, end, indices, rows,
+                                      N_K, causal_offset, qk_scale, pad_row, stride_pn, turns, STAGES, NBYTES_KV,
+                                      True, IS_CAUSAL, HAS_PAD, SELF_LOAD, WG, PINGPONG, SPARSE)
 
     # rows that saw no key (l == 0) give 0, lse = -inf, m = +inf, log2(l) = 0
     seen = l_i > 0.0
@@ -463,20 +496,21 @@ def hopper_attention_fwd_kernel(
     coords = (b, h, pid_bh, start_m)
     if WARP_SPECIALIZE:
         gl.warp_specialize([
-            (_consumer, ((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), ROWS, PAD, stride_pb,
-                         stride_pn, N_Q, N_K, causal_offset, qk_scale, None, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL,
-                         HAS_PAD, OVERLAP, False, num_warps, 0, False)),
+            (_consumer, ((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), None, ROWS, PAD,
+                         stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, None, STAGES, NBYTES_Q, NBYTES_KV,
+                         IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0, False, False)),
             (_producer, ((q_desc, k_desc, v_desc), bufs, bars, coords, end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
-        _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), ROWS, PAD, stride_pb,
+        _consumer((q_desc, k_desc, v_desc, o_desc), bufs, bars, coords, (full_hi, end), None, ROWS, PAD, stride_pb,
                   stride_pn, N_Q, N_K, causal_offset, qk_scale, None, STAGES, NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD,
-                  OVERLAP, True, num_warps, 0, False)
+                  OVERLAP, True, num_warps, 0, False, False)
 
 
 @gluon.jit
-def _pingpong_producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
-                       NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, CONSUMERS: gl.constexpr):
+def _pingpong_producer(descs, bufs, bars, coords, end, indices, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+                       NBYTES_Q: gl.constexpr, NBYTES_KV: gl.constexpr, CONSUMERS: gl.constexpr,
+                       SPARSE: gl.constexpr):
     """Worker partition of the ping-pong schedule: each consumer's Q tile (consumer c: rows from
     start_m + c * rows of one tile) into its own buffer, then the shared K / V ring."""
     q_desc, k_desc, v_desc = descs
@@ -487,8 +521,55 @@ def _pingpong_producer(descs, bufs, bars, coords, end, STAGES: gl.constexpr, BLO
     for c in gl.static_range(CONSUMERS):
         mbarrier.expect(q_bars.index(c), NBYTES_Q)
         tma_load(q_desc, [b, h, start_m + c * QROWS, 0], q_bars.index(c), q_bufs.index(c))
-    _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, STAGES, BLOCK_N,
-                NBYTES_KV)
+    _produce_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, b, h, end, indices, STAGES,
+                BLOCK_N, NBYTES_KV, SPARSE)
+
+
+@gluon.jit
+def _pingpong(descs, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, coords, ranges, indices,
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr,
+              CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, NUM_WARPS: gl.constexpr, SPARSE: gl.constexpr):
+    """The body of the ping-pong kernels (:func:`hopper_attention_fwd_pingpong_kernel`,
+    :func:`hopper_attention_fwd_sparse_kernel`) once the program knows its query tile: the shared
+    memory and mbarriers, then the partitions, running the key loop's steps [0, end) (``ranges``:
+    (full_hi, end)) over key tiles [0, end) or, with ``SPARSE``, over the tiles of the index list
+    ``indices``."""
+    gl.static_assert(CONSUMERS == 2, "two consumer warpgroups")
+    q_desc, k_desc, v_desc, o_desc = descs
+    b, h, pid_bh, start_m = coords
+    end = ranges[1]
+    QROWS: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
+    NBYTES_Q: gl.constexpr = QROWS * HEAD_DIM * ELEM_BYTES
+    NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+
+    q_bufs = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
+    k_bufs, v_bufs, ring_bars = _kv_ring(k_desc, v_desc, STAGES, CONSUMERS)  # a slot is released by each consumer
+    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(CONSUMERS):
+        mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(turns.index(c), count=1)
+    fence_async_shared()
+
+    bars0 = (q_bars.index(0), ) + ring_bars
+    bars1 = (q_bars.index(1), ) + ring_bars
+    producer_bufs = (q_bufs, k_bufs, v_bufs)
+    producer_bars = (q_bars, ) + ring_bars
+    # the constexprs of _consumer stay literal in each argument tuple (a constexpr that travels in a
+    # tuple variable reaches the callee as a runtime value)
+    gl.warp_specialize([
+        (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), bars0, (b, h, pid_bh, start_m), ranges, indices,
+                     ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
+                     NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, NUM_WARPS, 0, CONSUMERS, SPARSE)),
+        (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), bars1, (b, h, pid_bh, start_m + QROWS), ranges,
+                     indices, ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES,
+                     NBYTES_Q, NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, NUM_WARPS, 1, CONSUMERS, SPARSE)),
+        (_pingpong_producer, ((q_desc, k_desc, v_desc), producer_bufs, producer_bars, (b, h, pid_bh, start_m),
+                              end, indices, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV, CONSUMERS, SPARSE)),
+    ], [NUM_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 @gluon.jit
@@ -506,47 +587,37 @@ def hopper_attention_fwd_pingpong_kernel(
     arrival count ``CONSUMERS``) and take turns at issuing their wgmmas through ``CONSUMERS``
     mbarriers (:func:`_take_turn`), so that one warpgroup's softmax runs while another's GEMMs hold
     the tensor cores."""
-    gl.static_assert(CONSUMERS == 2, "two consumer warpgroups")
-    QROWS: gl.constexpr = q_desc.block_type.shape[2]
-    TILE_M: gl.constexpr = CONSUMERS * QROWS
-    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    TILE_M: gl.constexpr = CONSUMERS * q_desc.block_type.shape[2]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
-    NBYTES_Q: gl.constexpr = QROWS * HEAD_DIM * ELEM_BYTES
-    NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
-
     # key tiles [0, end) for all TILE_M rows: every consumer runs the same tiles and masks (the rows
     # of an earlier consumer see no more keys than those of a later one, so its extra diagonal tiles
     # are fully masked), as the 8-warp consumer does for its 128 rows
     b, h, pid_bh, start_m, full_hi, end = query_tile(H, N_K, causal_offset, TILE_M, BLOCK_N, IS_CAUSAL)
+    _pingpong((q_desc, k_desc, v_desc, o_desc), ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
+              (b, h, pid_bh, start_m), (full_hi, end), None, STAGES, IS_CAUSAL, HAS_PAD, OVERLAP, CONSUMERS,
+              CONSUMER_REGS, num_warps, False)
 
-    q_bufs = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
-    k_bufs, v_bufs, ring_bars = _kv_ring(k_desc, v_desc, STAGES, CONSUMERS)  # a slot is released by each consumer
-    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    turns = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(CONSUMERS):
-        mbarrier.init(q_bars.index(c), count=1)
-        mbarrier.init(turns.index(c), count=1)
-    fence_async_shared()
 
-    descs = (q_desc, k_desc, v_desc, o_desc)
-    ranges = (full_hi, end)
-    bars0 = (q_bars.index(0), ) + ring_bars
-    bars1 = (q_bars.index(1), ) + ring_bars
-    producer_bufs = (q_bufs, k_bufs, v_bufs)
-    producer_bars = (q_bars, ) + ring_bars
-    # the constexprs of _consumer stay literal in each argument tuple (a constexpr that travels in a
-    # tuple variable reaches the callee as a runtime value)
-    gl.warp_specialize([
-        (_consumer, (descs, (q_bufs.index(0), k_bufs, v_bufs), bars0, (b, h, pid_bh, start_m), ranges, ROWS,
-                     PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
-                     NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 0, CONSUMERS)),
-        (_consumer, (descs, (q_bufs.index(1), k_bufs, v_bufs), bars1, (b, h, pid_bh, start_m + QROWS), ranges,
-                     ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale, turns, STAGES, NBYTES_Q,
-                     NBYTES_KV, IS_CAUSAL, HAS_PAD, OVERLAP, False, num_warps, 1, CONSUMERS)),
-        (_pingpong_producer, ((q_desc, k_desc, v_desc), producer_bufs, producer_bars, (b, h, pid_bh, start_m),
-                              end, STAGES, BLOCK_N, NBYTES_Q, NBYTES_KV, CONSUMERS)),
-    ], [num_warps, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+@gluon.jit
+def hopper_attention_fwd_sparse_kernel(
+    q_desc, k_desc, v_desc, o_desc, ROWS, PAD, IDX, CNT, stride_pb, stride_pn, stride_ih, stride_it, stride_ch,
+    stride_ct, H, N_Q, N_K, causal_offset, qk_scale,
+    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, OVERLAP: gl.constexpr,
+    CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """Block-sparse attention in the ping-pong schedule of :func:`hopper_attention_fwd_pingpong_kernel`:
+    grid (query tiles * B * H,), one program per launch slot of a forward plan made for this
+    kernel's tile (``CONSUMERS`` * ``PP_ROWS`` query rows, ``BLOCK_N`` keys; IDX / CNT and their
+    head and slot strides, :func:`kernels.hopper_common.sparse_tile`). The producer loads the K / V
+    tiles of the slot's index list; both consumers run its first group without element masks and
+    its second (causal diagonal, ragged last tile) with them, as the dense kernel's two key-loop
+    parts. A slot with an empty list stores O = 0 and LSE = -inf for its rows."""
+    TILE_M: gl.constexpr = CONSUMERS * q_desc.block_type.shape[2]
+    b, h, pid_bh, start_m, full_hi, end, indices = sparse_tile(H, N_Q, IDX, CNT, stride_ih, stride_it, stride_ch,
+                                                               stride_ct, TILE_M)
+    _pingpong((q_desc, k_desc, v_desc, o_desc), ROWS, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset, qk_scale,
+              (b, h, pid_bh, start_m), (full_hi, end), indices, STAGES, IS_CAUSAL, HAS_PAD, OVERLAP, CONSUMERS,
+              CONSUMER_REGS, num_warps, True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,4 +708,38 @@ def launch_forward(q, k, v, out, key_padding_mask, causal: bool, scale: float, *
         row_stats, pad, stride_pb, stride_pn, H, n_q, n_k, n_k - n_q, scale * LOG2E,
         STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
         WARP_SPECIALIZE=bool(warp_specialize), OVERLAP=bool(overlap), **options)
+    return out, row_stats
+
+
+def launch_sparse_forward(q, k, v, out, key_padding_mask, causal: bool, scale: float, indices, counts, *,
+                          overlap: bool = True):
+    """Block-sparse attention through :func:`hopper_attention_fwd_sparse_kernel`: (out, row
+    statistics) as :func:`launch_forward` returns them, for the arguments it takes (checked as it
+    says), with ``indices`` and ``counts`` the forward plan of a block-sparse call made for this
+    kernel's tile (:data:`kernels.hopper_support.FORWARD_TILE`, 128 query rows x 128 keys:
+    :meth:`kernels.BlockSparseLayout.plans` with such a forward tile), on q's device. The eager
+    dispatch (:mod:`kernels.hopper_dispatch`) calls it for block-sparse calls whose plan is made for
+    that tile. ``overlap``: as in :func:`hopper_forward` (the schedule is the ping-pong one)."""
+    import torch
+    import triton
+
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    n_rows = triton.cdiv(n_q, PP_CONSUMERS * PP_ROWS)
+    if indices.dim() != 3 or counts.dim() != 3 or counts.shape[1] != n_rows or indices.shape[1] != n_rows:
+        raise ValueError(f"the plan must have one slot per {PP_CONSUMERS * PP_ROWS}-row query tile ({n_rows}), got "
+                         f"indices {tuple(indices.shape)}, counts {tuple(counts.shape)}")
+    row_stats = torch.empty((B, H, 3, n_q), dtype=torch.float32, device=q.device)
+    pad, stride_pb, stride_pn = padding_args(key_padding_mask, B, n_k, row_stats)
+    # a layout shared by the heads has one plan for all (head stride 0)
+    stride_ih = indices.stride(0) if indices.shape[0] > 1 else 0
+    stride_ch = counts.stride(0) if counts.shape[0] > 1 else 0
+    hopper_attention_fwd_sparse_kernel[(n_rows * B * H, )](
+        tma_descriptor(q, PP_ROWS), tma_descriptor(k, BLOCK_N), tma_descriptor(v, BLOCK_N),
+        tma_descriptor(out, PP_ROWS),
+        row_stats, pad, indices, counts, stride_pb, stride_pn, stride_ih, indices.stride(1), stride_ch,
+        counts.stride(1), H, n_q, n_k, n_k - n_q, scale * LOG2E,
+        STAGES=stages_for(d), IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
+        OVERLAP=bool(overlap), CONSUMERS=PP_CONSUMERS, CONSUMER_REGS=PP_CONSUMER_REGS, num_warps=PP_WARPS,
+        maxnreg=MAXNREG)
     return out, row_stats

@@ -1,7 +1,7 @@
 """What the Hopper Gluon forward (:mod:`kernels.hopper_attention`) and backward
 (:mod:`kernels.hopper_attention_bwd`) share: the Gluon names that differ between Triton releases, the
-query tile a program works on, and the launchers' argument helpers (softmax scale, key padding, host
-TMA descriptors)."""
+query tile a program works on (dense, or a block-sparse plan's slot), and the launchers' argument
+helpers (softmax scale, key padding, host TMA descriptors)."""
 from __future__ import annotations
 
 import functools
@@ -10,6 +10,8 @@ import math
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import tma
+
+from .triton_attention import LPT_HEAD_GROUP
 
 LOG2E = 1.4426950408889634  # log2(e): the launchers pass scale * log2(e) for exp2
 
@@ -42,6 +44,33 @@ def query_tile(H, N_K, causal_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constex
         full_hi = n_even
         end = n_tiles
     return bh // H, bh % H, bh, start_m, full_hi, end
+
+
+@gluon.jit
+def sparse_tile(H, N_Q, IDX, CNT, stride_ih, stride_it, stride_ch, stride_ct, BLOCK_M: gl.constexpr):
+    """(b, h, b * H + h, first query row, full_hi, end, index list) of this block-sparse program,
+    whose grid is one flat axis of (query tiles) * B * H programs: a launch slot of a forward plan
+    (:mod:`kernels.block_sparse`; IDX (Hl, slots, width) and CNT (Hl, slots, 3) int32, head strides
+    0 for a layout shared by the heads), taken in the portable kernels' longest-processing-time-first
+    order (``_program_slot`` in :mod:`kernels.triton_attention`: heads in groups of
+    ``LPT_HEAD_GROUP``, each group's heaviest slots first). The slot's query tile is ``CNT[h, slot,
+    2]``; list entries [0, full_hi) are key tiles that need no element mask, [full_hi, end) partial
+    ones (causal diagonal, ragged last tile)."""
+    n_rows = gl.cdiv(N_Q, BLOCK_M)
+    pid = gl.program_id(0)
+    bh_total = gl.num_programs(0) // n_rows
+    g0 = (pid // (LPT_HEAD_GROUP * n_rows)) * LPT_HEAD_GROUP
+    g_size = gl.minimum(bh_total - g0, LPT_HEAD_GROUP)
+    within = pid - g0 * n_rows
+    bh = g0 + within % g_size
+    slot = within // g_size
+    h = bh % H
+    counts = CNT + h.to(gl.int64) * stride_ch + slot * stride_ct
+    full_hi = gl.load(counts)
+    end = gl.load(counts + 1)
+    row = gl.load(counts + 2)
+    indices = IDX + h.to(gl.int64) * stride_ih + slot * stride_it
+    return bh // H, h, bh, row * BLOCK_M, full_hi, end, indices
 
 
 def softmax_scale_of(head_dim: int, softmax_scale: float | None) -> float:

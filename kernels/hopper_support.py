@@ -22,6 +22,10 @@ TMA_ALIGN = 16  # bytes: TMA's base address and every stride but the innermost
 _UNALIGNED_BASE = "TMA needs a 16-byte aligned base address"
 # head dim -> least N_k at which the ping-pong forward beats the portable one: results/kernels/h200/hopper.md
 PINGPONG_MIN_KEYS = {128: 1, 64: 2048}
+# (query rows, keys) of the forward's tile: a program's query rows and one K / V tile
+# (kernels.hopper_attention's BLOCK_M and BLOCK_N). The block-sparse forward walks the plan of a
+# portable forward of this tile (kernels.block_sparse), which exists for layout blocks of 128 and 256
+FORWARD_TILE = (128, 128)
 
 
 @functools.lru_cache(maxsize=16)  # called on every eager forward on CUDA (takes_hopper_forward)
