@@ -15,6 +15,11 @@ ragged last tile); ``counts[..., 0]`` / ``counts[..., 1]`` are the ends of the t
 that causal masking hides completely are dropped. Kernel tiles divide ``block_size`` (tile sides
 are clamped to it), so a layout block maps onto whole tiles.
 
+On an sm_90 GPU the eager forward of a call with layout blocks of 128 or 256 runs the Hopper
+ping-pong kernel (:mod:`kernels.hopper_dispatch`): its forward plan is then made for that kernel's
+tile (128 query rows x 128 keys, :func:`kernels.hopper_dispatch.sparse_tiles`), which it walks
+like the portable kernel does; the backward's plans are the same either way.
+
 Under ``torch.compile`` the plans are looked up outside the traced region: the compiled graph gets
 them as ready constant tensors (see :func:`_constant_plans`), so neither the plan building (which
 sizes its index lists from the data) nor the cache breaks the graph. A layout object is known to
@@ -40,8 +45,8 @@ import weakref
 import torch
 from torch.fx.experimental.symbolic_shapes import guard_scalar
 
+from . import hopper_dispatch, ops
 from . import layouts as _layouts
-from . import ops
 from .autograd import packed_views
 from .dropout import draw_seed, fused_backward
 from .tiles import Tiles, select
@@ -307,5 +312,7 @@ def _prepare(q, k, v, layout, block_size, key_padding_mask, causal, dropout_p, s
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
     tiles = select(q.device, q.dtype, shape.head_dim, block_size, dropout=dropout_p > 0.0,
                    fused_bwd=fused_backward(dropout_p))
+    # the Hopper forward's tile where that kernel will run the eager forward: its plan is the one it walks
+    tiles = hopper_dispatch.sparse_tiles(q, k, v, block_size, dropout_p, tiles)
     plans = _plans_for(compiled, shape.n_q, shape.n_k, causal, tiles)
     return scale, dropout_p, seed, plans, tiles.as_list()

@@ -1,5 +1,5 @@
 """Whether a call can take the Hopper Gluon kernels (forward :mod:`kernels.hopper_attention`, backward
-:mod:`kernels.hopper_attention_bwd`), and whether an eager dense forward does
+:mod:`kernels.hopper_attention_bwd`), and whether an eager dense or block-sparse forward does
 (:func:`takes_hopper_forward`).
 
 Importable with any Triton (it imports no Gluon, and torch only when :func:`cuda_capability` first
@@ -117,18 +117,24 @@ def supported(triton_version: str, capability: tuple[int, int] | None, dtype, he
 
 
 def takes_hopper_forward(triton_version: str, capability: tuple[int, int] | None, dtype, head_dim: int, n_k: int,
-                         dropout_p: float, sparse: bool, tensors: Sequence, enabled: bool = True) -> bool:
+                         dropout_p: float, sparse_tile: tuple[int, int] | None, tensors: Sequence,
+                         enabled: bool = True) -> bool:
     """Does an eager attention forward run the Hopper ping-pong kernel rather than the portable one?
 
-    Yes when the switch is on (``enabled``: :func:`kernels.use_hopper_forward`), the call is dense
-    (not ``sparse``) without dropout, the kernel is faster at this head dim and key count
-    (:data:`PINGPONG_MIN_KEYS`: d = 128 at any N_k, d = 64 from N_k = 2048) and :func:`supported`
-    accepts it. ``capability``: the CUDA device's compute capability, ``None`` for a tensor that is
-    not on CUDA. ``tensors``: q, k, v and the output, (B, H, N, d), anything with ``stride()`` and
-    ``data_ptr()``; read only when the cheaper conditions hold. A tensor with a zero (broadcast)
-    stride stays on the portable kernel: TMA descriptors are not verified with such strides.
+    Yes when the switch is on (``enabled``: :func:`kernels.use_hopper_forward`), the call has no
+    dropout, is dense (``sparse_tile`` None) or block-sparse with a plan made for the Hopper
+    forward's tile (``sparse_tile``, the (query rows, keys) of the plan's forward tile, equal to
+    :data:`FORWARD_TILE`: the index lists the kernel walks), the kernel is faster at this head dim
+    and key count (:data:`PINGPONG_MIN_KEYS`: d = 128 at any N_k, d = 64 from N_k = 2048) and
+    :func:`supported` accepts it. ``capability``: the CUDA device's compute capability, ``None``
+    for a tensor that is not on CUDA. ``tensors``: q, k, v and the output, (B, H, N, d), anything
+    with ``stride()`` and ``data_ptr()``; read only when the cheaper conditions hold. A tensor with
+    a zero (broadcast) stride stays on the portable kernel: TMA descriptors are not verified with
+    such strides.
     """
-    if not enabled or capability is None or sparse or dropout_p != 0.0:
+    if not enabled or capability is None or dropout_p != 0.0:
+        return False
+    if sparse_tile is not None and tuple(sparse_tile) != FORWARD_TILE:
         return False
     if n_k < PINGPONG_MIN_KEYS.get(head_dim, n_k + 1):
         return False

@@ -230,3 +230,87 @@ def test_layouts_and_plans_made_under_inference_mode():
     out = check_against_reference(lambda q, k, v: block_sparse_flash_attention(q, k, v, compiled, block_size=bs),
                                   q, k, v, ref_kwargs=dict(allowed=expand_layout(compiled.layout[0], bs, n, n)))
     assert torch.equal(out.detach(), first) and len(compiled._plans) == 1
+
+
+def reference_plan(layout, block_size, n_q, n_k, causal, tile_m, tile_n):
+    """The forward plan of a bool block layout, built tile by tile: per head and query tile, (the key
+    tiles that need no element mask, the partial ones), each ascending. A key tile is visited when
+    its layout block is True and, causal, some row of the query tile sees one of its keys; it is
+    partial when it runs past N_k or, causal, crosses the diagonal of the tile's first row."""
+    lay = layout if layout.dim() == 3 else layout[None]
+    offset = n_k - n_q
+    plan = {}
+    for h in range(lay.shape[0]):
+        for r in range(-(-n_q // tile_m)):
+            first, last = r * tile_m, min((r + 1) * tile_m, n_q) - 1
+            full, partial = [], []
+            for c in range(-(-n_k // tile_n)):
+                k_first, k_last = c * tile_n, (c + 1) * tile_n - 1
+                if not lay[h, first // block_size, k_first // block_size]:
+                    continue
+                if causal and k_first > last + offset:
+                    continue
+                masked = k_last >= n_k or (causal and k_last > first + offset)
+                (partial if masked else full).append(c)
+            plan[h, r] = (full, partial)
+    return plan
+
+
+HOPPER_LAYOUTS = ("bigbird", "bigbird-ragged", "local-256", "butterfly", "per-head-nq-ne-nk")
+
+
+def hopper_layouts():
+    """(name, bool layout, block size, N_q, N_k) of the Hopper tile plan checks (HOPPER_LAYOUTS)."""
+    yield "bigbird", layouts.bigbird(8, seed=3, device=DEVICE), 128, 1024, 1024
+    yield "bigbird-ragged", layouts.bigbird(9, seed=4, device=DEVICE), 128, 1100, 1100
+    yield "local-256", layouts.local(4, 3, device=DEVICE), 256, 1000, 1000
+    yield "butterfly", layouts.butterfly(8, device=DEVICE), 128, 1024, 1024
+    yield "per-head-nq-ne-nk", random_layout((3, 3, 5), 0.5, seed=5), 128, 300, 600
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", HOPPER_LAYOUTS)
+def test_hopper_tile_plans_match_a_reference_built_from_the_layout(case, causal):
+    """The forward plan the Hopper forward walks (forward tile 128 x 128: hopper_dispatch.sparse_tiles)
+    holds, per head and query tile, exactly the reference's key tiles, full ones first; slots run
+    longest first; the backward plans are those of the tiles the call had."""
+    from kernels.hopper_dispatch import with_hopper_forward_tile
+    from kernels.hopper_support import FORWARD_TILE
+    from kernels.tiles import select
+
+    _, layout, bs, n_q, n_k = next(c for c in hopper_layouts() if c[0] == case)
+    base = select(torch.device("cuda"), torch.bfloat16, 128, bs)
+    tiles = with_hopper_forward_tile(base)
+    assert (tiles.fwd.block_m, tiles.fwd.block_n) == FORWARD_TILE and (tiles.dkdv, tiles.dq) == (base.dkdv, base.dq)
+    compiled = BlockSparseLayout.from_dense(layout, bs)
+    plans = compiled.plans(n_q, n_k, causal, tiles)
+    idx, cnt = plans[:2]
+    n_rows = -(-n_q // 128)
+    assert cnt.shape == (compiled.layout.shape[0], n_rows, 3) and idx.dtype == cnt.dtype == torch.int32
+    assert torch.all(cnt[..., 1][:, 1:] <= cnt[..., 1][:, :-1])  # longest first
+    row_idx, row_cnt = by_row(idx, cnt)
+    for (h, r), (full, partial) in reference_plan(compiled.layout, bs, n_q, n_k, causal, 128, 128).items():
+        n_full, n_visit = row_cnt[h, r, :2].tolist()
+        assert (n_full, n_visit) == (len(full), len(full) + len(partial)), (h, r)
+        assert row_idx[h, r, :n_visit].tolist() == full + partial, (h, r)
+    # the backward's plans are the base tiles' plans
+    for ours, theirs in zip(plans[2:], compiled.plans(n_q, n_k, causal, base)[2:]):
+        assert torch.equal(ours, theirs)
+
+
+def test_hopper_tile_plan_of_a_causal_layout_with_fewer_queries_than_keys():
+    """Bottom-right causal with N_q < N_k on the 128 x 128 grid, a hand-checked case: 2 query tiles of
+    200 rows against 3 key tiles of 333 keys (offset 133), all blocks on."""
+    from kernels.hopper_dispatch import with_hopper_forward_tile
+    from kernels.tiles import select
+
+    compiled = BlockSparseLayout.from_dense(torch.ones(2, 3, dtype=torch.bool, device=DEVICE), 128)
+    tiles = with_hopper_forward_tile(select(torch.device("cuda"), torch.float16, 64, 128))
+    plan = compiled.plans(200, 333, True, tiles)[:2]
+    idx, cnt = by_row(*plan)
+    # query tile 0 (rows 0-127, keys <= row + 133): key tile 0 full (127 <= 0 + 133), 1 and 2 partial
+    # (row 0 sees keys <= 133, row 127 keys <= 260); query tile 1 (rows 128-199, keys <= 332): key
+    # tiles 0 and 1 full (255 <= 128 + 133), 2 ragged (keys 256-332 of a 384-key tile)
+    assert cnt[0, :, :2].tolist() == [[1, 3], [2, 3]]
+    assert idx[0, 0, :3].tolist() == [0, 1, 2] and idx[0, 1, :3].tolist() == [0, 1, 2]
+    assert plan[1][0, :, 2].tolist() == [0, 1]  # equal work: the row with more partial tiles first

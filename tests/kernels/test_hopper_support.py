@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.hopper_support import device_supported, supported, takes_hopper_forward, triton_version_ok
+from kernels.hopper_support import FORWARD_TILE, device_supported, supported, takes_hopper_forward, triton_version_ok
 
 CONTIGUOUS = (4 * 256 * 64, 256 * 64, 64, 1)  # (B, H, N, d) = (*, 4, 256, 64)
 OK_ARGS = dict(strides=(CONTIGUOUS,) * 3, data_ptrs=(0, 4096, 8192))
@@ -119,7 +119,7 @@ def _tensors(strides, data_ptrs=(0, 1 << 20, 2 << 20, 3 << 20)):
 CONTIGUOUS_4K = (4 * 4096 * 64, 4096 * 64, 64, 1)
 # an eager dense forward the Hopper ping-pong kernel takes: q, k, v and out contiguous (B, H, N, d) = (2, 4, 4096, 64)
 TAKES = dict(triton_version="3.9.0", capability=(9, 0), dtype="bfloat16", head_dim=64, n_k=4096, dropout_p=0.0,
-             sparse=False, tensors=_tensors((CONTIGUOUS_4K,) * 4))
+             sparse_tile=None, tensors=_tensors((CONTIGUOUS_4K,) * 4))
 
 
 def test_eager_dense_forward_takes_the_hopper_kernel():
@@ -128,6 +128,17 @@ def test_eager_dense_forward_takes_the_hopper_kernel():
     # q, k, v views of a fused (B, N, 3, H, d) projection, out a (B, H, N, d) view of a (B, N, H, d) tensor
     qkv_view, out_view = (4096 * 3 * 4 * 64, 64, 3 * 4 * 64, 1), (4096 * 4 * 64, 64, 4 * 64, 1)
     assert takes_hopper_forward(**dict(TAKES, tensors=_tensors((qkv_view,) * 3 + (out_view,))))
+
+
+def test_block_sparse_forward_takes_the_hopper_kernel_with_a_plan_for_its_tile():
+    """A block-sparse call whose forward plan is made for the Hopper tile (128 x 128) takes the kernel
+    under the dense call's conditions; the head dim / key count rule is the dense one."""
+    assert FORWARD_TILE == (128, 128)
+    assert takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE))
+    assert takes_hopper_forward(**dict(TAKES, sparse_tile=[128, 128]))  # the tiles list's ints
+    assert not takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE, n_k=1024))
+    assert not takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE, dropout_p=0.1))
+    assert not takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE, head_dim=32))
 
 
 @pytest.mark.parametrize("head_dim, n_k, takes", [
@@ -152,7 +163,8 @@ def test_hopper_forward_speed_rule(head_dim, n_k, takes):
     dict(dtype="float32"),
     dict(dtype="torch.float32"),
     dict(dropout_p=0.1),
-    dict(sparse=True),
+    dict(sparse_tile=(128, 64)),  # a block-sparse plan made for another forward tile
+    dict(sparse_tile=(64, 64)),
     dict(tensors=_tensors((CONTIGUOUS_4K,) * 3 + ((4096 * 64, 64, 1, 4096),))),  # out's last dim not contiguous
     dict(tensors=_tensors(((4 * 4096 * 68, 4096 * 68, 68, 1),) + (CONTIGUOUS_4K,) * 3)),  # q's rows 136 bytes apart
     dict(tensors=_tensors((CONTIGUOUS_4K,) * 3 + ((4 * 4096 * 64, 4096 * 64 + 4, 64, 1),))),  # out's head stride
@@ -174,8 +186,8 @@ class _Unread:
 
 
 @pytest.mark.parametrize("changes", [dict(enabled=False), dict(capability=None), dict(dropout_p=0.1),
-                                     dict(sparse=True), dict(n_k=1024), dict(head_dim=32), dict(capability=(8, 0)),
-                                     dict(dtype="float32")])
+                                     dict(sparse_tile=(64, 64)), dict(n_k=1024), dict(head_dim=32),
+                                     dict(capability=(8, 0)), dict(dtype="float32")])
 def test_hopper_forward_decision_reads_strides_last(changes):
     """The tensors' strides and pointers are read only when the rest says yes."""
     assert not takes_hopper_forward(**dict(TAKES, tensors=(_Unread(),) * 4, **changes))
