@@ -185,11 +185,8 @@ def set_gpu_table(head_dim_padded: int, tiles: Tiles, *, fp32: bool = False, dro
 
 
 def _pass_tiles(values, path: str) -> PassTiles:
-    """A tuning JSON's (BLOCK_M, BLOCK_N, num_warps, num_stages) entry; files from the tuner's former
-    load-mode option carry a fifth int, accepted when it is 0 (pointer loads, the only kind)."""
+    """A tuning JSON's (BLOCK_M, BLOCK_N, num_warps, num_stages) entry."""
     values = [int(x) for x in values]
-    if len(values) == 5 and values[4] == 0:
-        values = values[:4]
     if len(values) != 4:
         raise ValueError(f"{path}: tile entry {values} is not (BLOCK_M, BLOCK_N, num_warps, num_stages)")
     return PassTiles(*values)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 
 import pytest
 import torch
@@ -114,16 +115,17 @@ def test_a_file_that_is_not_a_tuning_json_is_a_clear_error(tmp_path):
         tiles.load_tuning(str(path))
 
 
-def test_tuning_entries_are_four_ints_and_a_zero_load_mode_is_read_as_pointer_loads(tmp_path, restore_tables):
-    """The tuner writes (BLOCK_M, BLOCK_N, num_warps, num_stages); the committed files of results/kernels/
-    carry a fifth int, the former load mode, which is read when it is 0 (pointer loads) and refused else."""
+def test_tuning_entries_are_four_ints(tmp_path, restore_tables):
+    """The tuner writes (BLOCK_M, BLOCK_N, num_warps, num_stages) per pass; an entry of any other length
+    is refused, naming it."""
     cuda = torch.device("cuda")
-    tiles.load_tuning(_write(tmp_path, "old.json", {"fwd": [128, 64, 4, 3, 0], "dq": [128, 32, 8, 3]}))
+    tiles.load_tuning(_write(tmp_path, "ok.json", {"fwd": [128, 64, 4, 3], "dq": [128, 32, 8, 3]}))
     got = tiles.select(cuda, torch.bfloat16, 64)
     assert got.fwd == tiles.PassTiles(128, 64, 4, 3) and got.dq == tiles.PassTiles(128, 32, 8, 3)
     assert tiles.Tiles.from_list(got.as_list()) == got and len(got.as_list()) == 12
-    with pytest.raises(ValueError, match=r"tile entry \[128, 64, 4, 3, 2\]"):
-        tiles.load_tuning(_write(tmp_path, "tma.json", {"fwd": [128, 64, 4, 3, 2]}))
+    for entry in ([128, 64, 4, 3, 0], [128, 64, 4]):
+        with pytest.raises(ValueError, match=re.escape(f"tile entry {entry}")):
+            tiles.load_tuning(_write(tmp_path, "bad.json", {"fwd": entry}))
     with pytest.raises(ValueError, match="expected 12 tile parameters"):
         tiles.Tiles.from_list(got.as_list() + [0, 0, 0])
 
