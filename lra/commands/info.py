@@ -90,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernels    torch.compile sees them as {ks['compile_op']} ops; dropout backward "
               f"{ks['dropout_backward']}, {ks['dropout_philox_rounds']} Philox rounds")
         if "hopper_forward" in ks:
-            print(f"hopper     eager dense and block-sparse forwards {'may run' if ks['hopper_forward'] else 'never run'} "
-                  "the Hopper ping-pong kernel (kernels.use_hopper_forward)")
+            verb = "may run" if ks["hopper_forward"] else "never run"
+            print(f"hopper     eager dense and block-sparse forwards {verb} the Hopper ping-pong kernel "
+                  "(kernels.use_hopper_forward)")
         if ks.get("compile_op") == "triton_op" and ks.get("inductor_static_launch") is not None:
             print(f"inductor   launches them {'statically' if ks['inductor_static_launch'] else 'through Triton'} "
                   "(TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS)")
