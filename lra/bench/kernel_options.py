@@ -85,6 +85,11 @@ def add_arguments(parser: Parser) -> None:
                         help="compile FlexAttention with dynamic=True (one compile per head dim instead of per shape)")
     parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms")
     parser.add_argument("--rep", type=float, default=100.0, help="do_bench repetition time, ms")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="time each pass as replays of one CUDA graph (triton.testing.do_bench_cudagraph): the "
+                             "GPU's time alone, without the host's launch cost, which bounds eager calls of little "
+                             "work; L2 not flushed between calls; bwd cells unsupported (use fwd_bwd); write such "
+                             "runs to their own --name")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds; start no new cell after this (what was measured is kept)")
     parser.add_argument("--resume", action="store_true",

@@ -21,7 +21,11 @@ Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one p
 
 Per cell and pass (``fwd`` under no_grad, ``bwd`` = backward of a retained graph, ``fwd_bwd``) the
 time is the median of ``triton.testing.do_bench`` (warm-up first, so compilation is excluded; it
-flushes the L2 between repetitions), on fresh random normal inputs per shape. TFLOP/s counts
+flushes the L2 between repetitions), on fresh random normal inputs per shape: the time of an eager
+call, the host's launch cost included where it exceeds the GPU's work. ``--cuda-graph`` times the
+same calls as replays of a CUDA graph (``triton.testing.do_bench_cudagraph``: the GPU's time alone,
+L2 not flushed); a retained graph's backward cannot be captured there, so its ``bwd`` cells are
+``unsupported``. TFLOP/s counts
 4 * B * H * N^2 * d for the forward (halved for causal), x2.5 for the backward, x3.5 for
 forward + backward; block-sparse rows count the FLOPs of the computed blocks (x density; with causal
 masking the layout's blocks below the diagonal, those on it half: sparse_flop_density); approximate
@@ -178,8 +182,10 @@ def not_run_after_oom(row: dict, first_oom_seq_len: int) -> dict:
     return {**row, "status": "oom", "note": f"not run: out of memory at N={first_oom_seq_len}"}
 
 
-def _measure(forward, shape, pass_name: str, dtype, warmup: float, rep: float, seed: int) -> tuple[float, float]:
-    """(median ms, extra peak GiB) of one pass on fresh random inputs."""
+def _measure(forward, shape, pass_name: str, dtype, warmup: float, rep: float, seed: int,
+             cuda_graph: bool = False) -> tuple[float, float]:
+    """(median ms, extra peak GiB) of one pass on fresh random inputs; ``cuda_graph``: timed as CUDA-graph
+    replays (not for ``bwd``)."""
     import torch
     import triton
 
@@ -206,7 +212,10 @@ def _measure(forward, shape, pass_name: str, dtype, warmup: float, rep: float, s
 
             def fn():
                 forward(q, k, v).backward(dout)
-    ms = triton.testing.do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grads, return_mode="median")
+    if cuda_graph:
+        ms = triton.testing.do_bench_cudagraph(fn, rep=rep, grad_to_none=grads, return_mode="median")
+    else:
+        ms = triton.testing.do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grads, return_mode="median")
     for t in (q, k, v):
         t.grad = None
     torch.cuda.synchronize()
@@ -222,7 +231,9 @@ def _measure(forward, shape, pass_name: str, dtype, warmup: float, rep: float, s
 # What a cell measures besides its key: a row measured under other values of these is a different
 # measurement, so --resume refuses to continue a file made with other ones and --merge to join such parts
 # (the rows carry dtype but not causal, dropout, B*N, ...). ``settings`` keys, then top-level meta keys.
-RUN_SETTINGS = ("tokens", "hidden", "dtype", "causal", "dropout", "block_size", "flex_dynamic")
+RUN_SETTINGS = ("tokens", "hidden", "dtype", "causal", "dropout", "block_size", "flex_dynamic", "cuda_graph")
+# what a file that does not record a setting was measured with (a file without ``cuda_graph`` was timed by do_bench)
+SETTING_DEFAULTS = {"cuda_graph": False}
 RUN_META = ("device", "kernel_env", "tiles", "sparse_tiles")
 # statuses a resumed run keeps; an ``error`` cell is measured again (as `lra bench models --resume` does)
 DONE_STATUSES = ("ok", "oom", "unsupported")
@@ -231,7 +242,8 @@ DONE_STATUSES = ("ok", "oom", "unsupported")
 def setting_mismatches(old: dict, new: dict) -> list[str]:
     """The RUN_SETTINGS / RUN_META that two provenance dicts both record with different values."""
     old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
-    return differences([(k, old_settings.get(k), new_settings.get(k)) for k in RUN_SETTINGS]
+    return differences([(k, old_settings.get(k, SETTING_DEFAULTS.get(k)), new_settings.get(k, SETTING_DEFAULTS.get(k)))
+                        for k in RUN_SETTINGS]
                        + [(k, old.get(k), new.get(k)) for k in RUN_META])
 
 
@@ -342,7 +354,9 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
                  f"causal={s.get('causal')}" + (f", attention dropout {s['dropout']} (our kernels: Philox rounds "
                                                  f"{meta.get('dropout_philox_rounds')}, "
                                                  f"{meta.get('dropout_backward', '?')} backward)" if s.get("dropout") else "")
-                 + "; medians of triton.testing.do_bench")
+                 + ("; medians of triton.testing.do_bench_cudagraph (CUDA-graph replays: GPU time without the "
+                    "host's launch cost, L2 not flushed)" if s.get("cuda_graph") else
+                    "; medians of triton.testing.do_bench (eager calls)"))
     lines.append("")
     if df.empty:
         return "\n".join(lines + ["(no cells measured yet)", ""])
@@ -573,8 +587,12 @@ def run(args) -> int:
                 report.add(**not_run_after_oom(row, oom_from[key]))
                 continue
             try:
+                if args.cuda_graph and p == "bwd":
+                    raise Unsupported("bwd under --cuda-graph: a retained graph's backward cannot be captured; "
+                                      "see fwd_bwd")
                 forward = forward_factory()
-                ms, extra = _measure(forward, (B, H, N, d), p, dtype, args.warmup, args.rep, seed=N * 131 + d)
+                ms, extra = _measure(forward, (B, H, N, d), p, dtype, args.warmup, args.rep, seed=N * 131 + d,
+                                     cuda_graph=args.cuda_graph)
                 tflops = _flops(B, H, N, d, p, args.causal, flops_density) / ms * 1e-9 if flops_density else None
                 report.add(**{**row, "ms": ms, "tflops": tflops, "extra_mem_gb": extra}, status="ok")
             except Exception as err:  # noqa: BLE001 - every failure becomes a row, the sweep goes on

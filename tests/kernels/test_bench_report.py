@@ -177,9 +177,9 @@ def fake_gpu(monkeypatch):
     calls = []
     fail = {}
 
-    def fake_measure(forward, shape, pass_name, dtype, warmup, rep, seed):
+    def fake_measure(forward, shape, pass_name, dtype, warmup, rep, seed, cuda_graph=False):
         B, H, N, d = shape
-        calls.append((N, pass_name))
+        calls.append((N, pass_name) + (("graph",) if cuda_graph else ()))
         if (N, pass_name) in fail:
             raise fail[(N, pass_name)]
         return 1.0, 0.1
@@ -226,6 +226,30 @@ def test_resume_measures_errors_again_and_refuses_other_settings(tmp_path, fake_
         with pytest.raises(ValueError, match="measured with other settings"):
             bench.run(_dense_args(tmp_path, "--resume", *other))
     assert (tmp_path / "k.csv").read_text() == before and calls == []
+
+
+def test_cuda_graph_timing_is_its_own_setting(tmp_path, fake_gpu):
+    """--cuda-graph times fwd and fwd_bwd as graph replays, records bwd as unsupported (a retained
+    graph's backward cannot be captured), says so in the report, and is never mixed with eager timings:
+    a file without the setting was timed eagerly, so resuming it with --cuda-graph is refused."""
+    calls, _ = fake_gpu
+    graph = tmp_path / "graph"
+    assert bench.run(_dense_args(graph, "--cuda-graph", "--passes", "fwd", "bwd", "fwd_bwd")) == 0
+    assert calls == [(n, p, "graph") for n in (1024, 2048, 4096) for p in ("fwd", "fwd_bwd")]
+    df = pd.read_csv(graph / "k.csv")
+    bwd = df[df["pass"] == "bwd"]
+    assert len(bwd) == 3 and set(bwd["status"]) == {"unsupported"} and bwd["note"].str.contains("fwd_bwd").all()
+    assert "do_bench_cudagraph" in (graph / "k.md").read_text()
+    calls.clear()
+    eager = tmp_path / "eager"
+    assert bench.run(_dense_args(eager)) == 0
+    assert calls == [(n, "fwd") for n in (1024, 2048, 4096)] and "(eager calls)" in (eager / "k.md").read_text()
+    meta = json.loads((eager / "k.meta.json").read_text())
+    del meta["settings"]["cuda_graph"]  # as a file written before the option existed
+    (eager / "k.meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="cuda_graph"):
+        bench.run(_dense_args(eager, "--resume", "--cuda-graph"))
+    assert bench.run(_dense_args(eager, "--resume")) == 0
 
 
 def test_merge_refuses_parts_measured_with_other_settings(tmp_path):
