@@ -88,8 +88,8 @@ def add_arguments(parser: Parser) -> None:
     parser.add_argument("--cuda-graph", action="store_true",
                         help="time each pass as replays of one CUDA graph (triton.testing.do_bench_cudagraph): the "
                              "GPU's time alone, without the host's launch cost, which bounds eager calls of little "
-                             "work; L2 not flushed between calls; bwd cells unsupported (use fwd_bwd); write such "
-                             "runs to their own --name")
+                             "work; L2 not flushed between calls; bwd cells unsupported (the retained graph's "
+                             "backward runs outside the capture; use fwd_bwd); write such runs to their own --name")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds; start no new cell after this (what was measured is kept)")
     parser.add_argument("--resume", action="store_true",

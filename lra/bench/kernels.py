@@ -24,8 +24,8 @@ time is the median of ``triton.testing.do_bench`` (warm-up first, so compilation
 flushes the L2 between repetitions), on fresh random normal inputs per shape: the time of an eager
 call, the host's launch cost included where it exceeds the GPU's work. ``--cuda-graph`` times the
 same calls as replays of a CUDA graph (``triton.testing.do_bench_cudagraph``: the GPU's time alone,
-L2 not flushed); a retained graph's backward cannot be captured there, so its ``bwd`` cells are
-``unsupported``. TFLOP/s counts
+L2 not flushed); a retained graph's backward runs on the stream of its forward, outside the
+capture's stream, so ``bwd`` cells are ``unsupported`` there. TFLOP/s counts
 4 * B * H * N^2 * d for the forward (halved for causal), x2.5 for the backward, x3.5 for
 forward + backward; block-sparse rows count the FLOPs of the computed blocks (x density; with causal
 masking the layout's blocks below the diagonal, those on it half: sparse_flop_density); approximate
@@ -588,8 +588,8 @@ def run(args) -> int:
                 continue
             try:
                 if args.cuda_graph and p == "bwd":
-                    raise Unsupported("bwd under --cuda-graph: a retained graph's backward cannot be captured; "
-                                      "see fwd_bwd")
+                    raise Unsupported("bwd under --cuda-graph: a retained graph's backward runs on its "
+                                      "forward's stream, outside the capture; see fwd_bwd")
                 forward = forward_factory()
                 ms, extra = _measure(forward, (B, H, N, d), p, dtype, args.warmup, args.rep, seed=N * 131 + d,
                                      cuda_graph=args.cuda_graph)
