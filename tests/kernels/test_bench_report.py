@@ -230,8 +230,9 @@ def test_resume_measures_errors_again_and_refuses_other_settings(tmp_path, fake_
 
 def test_cuda_graph_timing_is_its_own_setting(tmp_path, fake_gpu):
     """--cuda-graph times fwd and fwd_bwd as graph replays, records bwd as unsupported (a retained
-    graph's backward runs on its forward's stream, outside the capture), says so in the report, and is never mixed with eager timings:
-    a file without the setting was timed eagerly, so resuming it with --cuda-graph is refused."""
+    graph's backward runs on its forward's stream, outside the capture), says so in the report, and
+    is never mixed with eager timings: a file without the setting was timed eagerly, so resuming it
+    with --cuda-graph is refused."""
     calls, _ = fake_gpu
     graph = tmp_path / "graph"
     assert bench.run(_dense_args(graph, "--cuda-graph", "--passes", "fwd", "bwd", "fwd_bwd")) == 0
