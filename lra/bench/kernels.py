@@ -425,6 +425,17 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
                 _fmt(r["extra_mem_gb"], 2), _fmt(float(dense_row["ms"].iloc[0]), 3) if not dense_row.empty else "",
                 r["status"] if r["status"] == "ok" else f"{r['status']}: {r['note']}"]) + " |")
         lines.append("")
+    slow = host_bound_cells(df)
+    if not slow.empty:
+        lines += [f"## Cells whose forward + backward takes over {HOST_BOUND_EXCESS:.2f} x (fwd + bwd)", "",
+                  "The pair does the work of the two passes; when it takes much longer, the GPU waited for the "
+                  "host between kernels: such a cell most likely measures the host's launch cost of an eager call, "
+                  "not the kernels (time it with `--cuda-graph`).", "",
+                  "| impl | layout | d | N | fwd ms | bwd ms | fwd_bwd ms | fwd_bwd / (fwd + bwd) |", "|---" * 8 + "|"]
+        for r in slow.itertuples(index=False):
+            lines.append(f"| {r.impl} | {r.pattern} | {r.head_dim} | {r.seq_len // K}K | {r.fwd:.3f} | {r.bwd:.3f} | "
+                         f"{r.fwd_bwd:.3f} | {r.excess:.2f} |")
+        lines.append("")
     bad = df[df["status"] != "ok"]
     if not bad.empty:
         lines += ["## Cells not measured", ""]
@@ -433,6 +444,24 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
                          f"{r['status']} — {r['note']}")
         lines.append("")
     return "\n".join(lines)
+
+
+HOST_BOUND_EXCESS = 1.15  # fwd_bwd / (fwd + bwd) above this: the cell is listed as host-bound
+
+
+def host_bound_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """Cells (impl, pattern, d, N) with all three passes measured whose ``fwd_bwd`` time exceeds
+    HOST_BOUND_EXCESS x (``fwd`` + ``bwd``), with the three times and that ratio ``excess``. The pair
+    does the work of the two passes, so a large excess means the GPU waited for the host (an eager
+    call's launch cost above the kernels' time)."""
+    ok = df[df["status"] == "ok"]
+    ms = ok.pivot_table(index=["impl", "pattern", "head_dim", "seq_len"], columns="pass", values="ms")
+    if not {"fwd", "bwd", "fwd_bwd"} <= set(ms.columns):
+        return pd.DataFrame(columns=["impl", "pattern", "head_dim", "seq_len", "fwd", "bwd", "fwd_bwd", "excess"])
+    ms = ms.dropna(subset=["fwd", "bwd", "fwd_bwd"])
+    ms["excess"] = ms["fwd_bwd"] / (ms["fwd"] + ms["bwd"])
+    return ms[ms["excess"] > HOST_BOUND_EXCESS].reset_index()[
+        ["impl", "pattern", "head_dim", "seq_len", "fwd", "bwd", "fwd_bwd", "excess"]]
 
 
 def dense_ranges(dense: pd.DataFrame) -> list[str]:

@@ -67,6 +67,31 @@ def test_summary_gives_ranges_over_lengths_per_head_dim_and_pass():
     assert "| 32 | fwd | 50–100 | 0.90×–1.20× |" in md
 
 
+def test_cells_whose_forward_backward_exceeds_its_passes_are_listed_as_host_bound():
+    """A cell whose fwd_bwd takes well over fwd + bwd (the GPU waited for the host: an eager call's
+    launch cost above the kernels' time) is listed under its own heading; one within the margin, or
+    without all three passes, is not."""
+    rows = []
+    for impl, pattern, n, times in (("ours_sparse", "local", 4096, (0.18, 0.52, 0.99)),    # 1.41x: host-bound
+                                    ("flex_sparse", "local", 4096, (0.23, 0.62, 0.90)),    # 1.06x: within
+                                    ("ours", "dense", 1024, (0.26, 0.80, None))):          # no fwd_bwd
+        for p, ms in zip(("fwd", "bwd", "fwd_bwd"), times):
+            if ms is not None:
+                rows.append(dict(impl=impl, **{"pass": p}, seq_len=n, head_dim=128, batch=4, heads=16, dtype="bf16",
+                                 pattern=pattern, density=0.1, ms=ms, tflops=1.0, extra_mem_gb=0.1, status="ok",
+                                 note=""))
+    df = pd.DataFrame(rows, columns=bench.COLUMNS)
+    slow = bench.host_bound_cells(df)
+    assert slow[["impl", "pattern", "seq_len"]].values.tolist() == [["ours_sparse", "local", 4096]]
+    assert slow["excess"].iloc[0] == pytest.approx(0.99 / 0.70)
+    md = bench.render_markdown(df, {"device": "TestGPU", "settings": {}})
+    assert "takes over 1.15 x (fwd + bwd)" in md
+    assert "| ours_sparse | local | 128 | 4K | 0.180 | 0.520 | 0.990 | 1.41 |" in md
+    assert "| flex_sparse | local |" not in md
+    only_fwd = df[df["pass"] == "fwd"]
+    assert bench.host_bound_cells(only_fwd).empty and "takes over" not in bench.render_markdown(only_fwd, {})
+
+
 def test_dropout_option_reaches_the_implementations():
     args = _parser().parse_args(["--dropout", "0.1"])
     assert args.dropout == 0.1 and _parser().parse_args([]).dropout == 0.0
