@@ -345,21 +345,27 @@ def test_dispatch_launches_as_hopper_forward_does_checking_once(monkeypatch, pad
 needs_hopper = pytest.mark.skipif(bool(hopper_skip_reason()), reason=hopper_skip_reason() or "supported")
 
 
-@pytest.fixture
-def hopper_calls(monkeypatch):
-    """The real Hopper launch (:func:`kernels.hopper_attention.launch_forward`, which the dispatch
-    calls), counting its calls."""
+def _count_calls(monkeypatch, name: str) -> list:
+    """``kernels.hopper_attention.<name>`` still launching, its calls' keyword arguments recorded in the
+    returned list."""
     from kernels import hopper_attention
 
     calls = []
-    launch = hopper_attention.launch_forward
+    launch = getattr(hopper_attention, name)
 
     def counted(*args, **kwargs):
         calls.append(kwargs)
         return launch(*args, **kwargs)
 
-    monkeypatch.setattr(hopper_attention, "launch_forward", counted)
+    monkeypatch.setattr(hopper_attention, name, counted)
     return calls
+
+
+@pytest.fixture
+def hopper_calls(monkeypatch):
+    """The real Hopper launch (:func:`kernels.hopper_attention.launch_forward`, which the dispatch
+    calls), counting its calls."""
+    return _count_calls(monkeypatch, "launch_forward")
 
 
 # (B, H, N_q, N_k, d, causal, key padding)
@@ -459,17 +465,7 @@ def test_calls_that_stay_portable_on_sm90(hopper_calls, case):
 def hopper_sparse_calls(monkeypatch):
     """The real Hopper block-sparse launch (:func:`kernels.hopper_attention.launch_sparse_forward`),
     counting its calls."""
-    from kernels import hopper_attention
-
-    calls = []
-    launch = hopper_attention.launch_sparse_forward
-
-    def counted(*args, **kwargs):
-        calls.append(kwargs)
-        return launch(*args, **kwargs)
-
-    monkeypatch.setattr(hopper_attention, "launch_sparse_forward", counted)
-    return calls
+    return _count_calls(monkeypatch, "launch_sparse_forward")
 
 
 # (benchmark layout, block size, B, H, N_q, N_k, d, causal, key padding)
