@@ -19,9 +19,10 @@ or without the overlap of one tile's softmax with the previous tile's PV) and in
 form of the ping-pong kernel (with and without the overlap); it prints registers,
 spill stores, those inside loops (``loop-spills``), shared memory and the partitions'
 ``setmaxnreg`` counts. It then compiles the Gluon backward of
-:mod:`kernels.hopper_attention_bwd` (its dQ and dK/dV kernels) for the same head dims, dtypes,
-causal and mask flags, printing ``hopper-bwd`` lines with registers, spill stores, the spill
-stores and loads inside loops (``loop-spills``) and shared memory. It skips, with a one-line reason
+:mod:`kernels.hopper_attention_bwd` (its dQ and dK/dV kernels, the latter also warp-specialised:
+``dkdv-ws``) for the same head dims, dtypes, causal and mask flags, printing ``hopper-bwd`` lines
+with registers, spill stores, the spill stores and loads inside loops (``loop-spills``), shared
+memory and, warp-specialised, the ``setmaxnreg`` counts. It skips, with a one-line reason
 and exit status 0, under a Triton release that kernel was not written against
 (``kernels.hopper_support``).
 
@@ -342,8 +343,6 @@ def _hopper_source(head_dim: int, dtype: str, causal: bool, pad: bool, warp_spec
 def _hopper_variant(variant: tuple, arch: int = 90) -> str:
     """Compiles one Hopper variant (head dim, dtype, causal, pad, schedule) to a cubin; its report
     line. The schedule: (warp-specialised, overlapped, ping-pong, block-sparse)."""
-    import re
-
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -354,15 +353,21 @@ def _hopper_variant(variant: tuple, arch: int = 90) -> str:
     on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
     schedule = ("sparse-pingpong" if sparse else "pingpong" if pingpong else "warp-spec" if ws else "1-partition")
     schedule += "+overlap" if overlap else ""
-    # warp specialisation: REG is the launch cap; the partitions' own budgets are setmaxnreg's
-    maxnreg = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
-                                                 compiled.asm["ptx"])})
+    maxnreg = _setmaxnreg(compiled.asm["ptx"])
     cubin = compiled.asm["cubin"]
     line = (f"hopper {dtype:>5} d={head_dim:<3} {schedule:<23} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
             f"{_resources(cubin)} loop-spills:{_loop_spills(cubin)} smem:{compiled.metadata.shared}")
     if maxnreg:
         line += " setmaxnreg:" + ",".join(map(str, maxnreg))
     return line
+
+
+def _setmaxnreg(ptx: str) -> list[int]:
+    """The ``setmaxnreg`` register counts of a kernel's PTX, ascending: the partitions' own budgets
+    under warp specialisation, where cuobjdump's REG is the launch cap."""
+    import re
+
+    return sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)})
 
 
 def _loop_spills(cubin: bytes) -> int:
@@ -397,8 +402,9 @@ def _loop_spills(cubin: bytes) -> int:
 
 
 def _hopper_bwd_source(kernel: str, head_dim: int, dtype: str, causal: bool, pad: bool):
-    """(Gluon source of a Hopper backward kernel -- "dq" or "dkdv" -- as
-    :func:`kernels.hopper_attention_bwd.hopper_backward` launches it, its compile options)."""
+    """(Gluon source of a Hopper backward kernel -- "dq", "dkdv" or "dkdv-ws" (the dK/dV kernel with
+    ``WARP_SPECIALIZE``) -- as :func:`kernels.hopper_attention_bwd.hopper_backward` launches it, its
+    compile options)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -426,8 +432,13 @@ def _hopper_bwd_source(kernel: str, head_dim: int, dtype: str, causal: bool, pad
     from .launch_args import exact_probabilities
     exact = exact_probabilities({"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
     constexprs = dict(STAGES=hb.STAGES, IS_CAUSAL=causal, HAS_PAD=pad, EXACT_P=exact, num_warps=hb.NUM_WARPS)
+    options = {"num_warps": hb.NUM_WARPS}
+    if kernel != "dq":
+        constexprs["WARP_SPECIALIZE"] = kernel == "dkdv-ws"
+        if kernel == "dkdv-ws":
+            options["maxnreg"] = hb.MAXNREG
     sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
-    return GluonASTSource(fn, sig, constexprs=constexprs), {"num_warps": hb.NUM_WARPS}
+    return GluonASTSource(fn, sig, constexprs=constexprs), options
 
 
 def _hopper_bwd_variant(variant: tuple, arch: int = 90) -> str:
@@ -442,8 +453,12 @@ def _hopper_bwd_variant(variant: tuple, arch: int = 90) -> str:
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     on = ",".join(name for name, flag in (("causal", causal), ("pad", pad)) if flag) or "plain"
     cubin = compiled.asm["cubin"]
-    return (f"hopper-bwd {kernel:>4} {dtype:>5} d={head_dim:<3} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
+    line = (f"hopper-bwd {kernel:>7} {dtype:>5} d={head_dim:<3} {on:<10} ok ({time.perf_counter() - t0:.1f}s)  "
             f"{_resources(cubin)} loop-spills:{_loop_spills(cubin)} smem:{compiled.metadata.shared}")
+    maxnreg = _setmaxnreg(compiled.asm["ptx"])
+    if maxnreg:
+        line += " setmaxnreg:" + ",".join(map(str, maxnreg))
+    return line
 
 
 def _hopper_any_variant(job: tuple) -> str:
@@ -464,7 +479,8 @@ def compile_hopper(jobs: int | None = None):
                  (False, False, False, False), (True, True, True, False), (True, False, True, False),
                  (True, True, True, True), (True, False, True, True)]
     forward = list(itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), schedules))
-    backward = itertools.product(("dq", "dkdv"), (64, 128), ("bf16", "fp16"), (False, True), (False, True))
+    backward = itertools.product(("dq", "dkdv", "dkdv-ws"), (64, 128), ("bf16", "fp16"), (False, True),
+                                 (False, True))
     jobs_list = [("fwd", v) for v in forward] + [("bwd", v) for v in backward]
     jobs = jobs or min(8, os.cpu_count() or 1)
     if jobs == 1:

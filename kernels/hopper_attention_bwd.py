@@ -31,9 +31,13 @@ atomics), launched in this order on one stream:
   from registers). Query rows' statistics and delta are plain loads. dK and dV leave through TMA
   from the K and V buffers.
 
-Both are single-partition software pipelines: the consumer warps issue the TMA loads themselves,
-``STAGES`` tiles ahead, refilling a ring slot once every warpgroup has waited for the wgmmas that
-read it. Masking follows the portable kernels: causal is bottom-right aligned (query i sees keys
+Both are single-partition software pipelines by default: the consumer warps issue the TMA loads
+themselves, ``STAGES`` tiles ahead, refilling a ring slot once every warpgroup has waited for the
+wgmmas that read it. The dK/dV kernel has a warp-specialised variant (``WARP_SPECIALIZE``, as the
+forward's): a one-warp producer partition issues the K / V loads and every Q / dO load, each into a
+slot once the consumer partition (the 8 warps) has released it through the slot's "empty" mbarrier
+after the wgmmas that read it completed; the consumer runs the same instructions on the same
+tiles, so the gradients are the same bits. Masking follows the portable kernels: causal is bottom-right aligned (query i sees keys
 j <= i + N_k - N_q), tiles on the causal diagonal or past the sequence end take the masked path;
 padded keys (key_padding_mask True) get dK = dV = 0, and their dS is dropped from dQ; rows past
 N_q read as rows that see no key. TMA zero-fills rows past N on load and clips them on store.
@@ -54,6 +58,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+# the warp-specialised dK/dV kernel has the forward's partitions: 8 consumer warps and a one-warp TMA
+# producer, under the same launch cap (its consumer warps get 240 registers each)
+from .hopper_attention import MAXNREG, PRODUCER_REGS, PRODUCER_WARPS
 from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, softmax_scale_of, tma_descriptor,
                             tma_load, tma_store)
 from .hopper_support import cuda_capability, supported
@@ -260,11 +267,13 @@ def hopper_attention_bwd_dq_kernel(
 def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, stats_base, delta_base, N_Q,
                 causal_offset,
                 qk_scale, st_zero, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr, MASKED: gl.constexpr,
-                EXACT_P: gl.constexpr):
+                EXACT_P: gl.constexpr, SELF_LOAD: gl.constexpr):
     """dK/dV accumulation over ring entries [lo, hi): entry j is query tile ``first + j`` in slot
     j % STAGES; entries up to ``count`` are loaded. ``MASKED``: the causal rule (keys past N_K and
-    padded keys need none here: their rows are zeroed or clipped at the end)."""
-    q_desc, do_desc, q_bufs, do_bufs, ready = ring
+    padded keys need none here: their rows are zeroed or clipped at the end). Once the wgmmas that
+    read a slot have completed, ``SELF_LOAD`` refills it with entry j + STAGES; otherwise the slot's
+    "empty" barrier hands it back to the producer partition."""
+    q_desc, do_desc, q_bufs, do_bufs, ready, empty = ring
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     st_layout: gl.constexpr = st_zero.type.layout
@@ -295,39 +304,24 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
         dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
         dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
         dk, dst_op = warpgroup_mma_wait(0, deps=[dk, dst_op])
-        # both warpgroups are done with the slot before one thread refills it
-        cta_barrier()
-        nxt = j + STAGES
-        _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(slot), b, h, (first + nxt) * BLOCK_M, slot,
-                   nxt < count, NBYTES_QDO)
+        if SELF_LOAD:
+            # both warpgroups are done with the slot before one thread refills it
+            cta_barrier()
+            nxt = j + STAGES
+            _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(slot), b, h, (first + nxt) * BLOCK_M, slot,
+                       nxt < count, NBYTES_QDO)
+        else:
+            # an arrive is a partition barrier and one thread's arrival: both warpgroups are done
+            mbarrier.arrive(empty.index(slot), count=1)
     return dk, dv
 
 
 @gluon.jit
-def hopper_attention_bwd_dkdv_kernel(
-    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, ROWS, DELTA, PAD, stride_pb, stride_pn,
-    H, N_Q, N_K, causal_offset, qk_scale, sm_scale,
-    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr,
-    num_warps: gl.constexpr,
-):
-    """dK and dV of one (key tile, batch * head); reads the DELTA the dQ kernel stored. Grid
-    (cdiv(N_K, BLOCK_N), B * H)."""
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
-    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
-    NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
-    NBYTES_K: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
-    gl.static_assert(BLOCK_N == 16 * num_warps, "one 16-key wgmma slice per warp along M")
-
-    pid_n = gl.program_id(0)
-    bh = gl.program_id(1)
-    b = bh // H
-    h = bh % H
-    start_n = pid_n * BLOCK_N
-
-    # query tiles [first, full_lo) are on the causal diagonal (masked), [full_lo, n_m) see the
-    # whole key tile, those before first see none of it
+def _dkdv_range(N_Q, start_n, causal_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                IS_CAUSAL: gl.constexpr):
+    """(first, full_lo, count) of the key tile from ``start_n``: query tiles [first, full_lo) are on
+    the causal diagonal (masked), [full_lo, n_m) see the whole key tile, those before ``first`` see
+    none of it; ``count`` = n_m - first of them stream through the ring."""
     n_m = gl.cdiv(N_Q, BLOCK_M)
     if IS_CAUSAL:
         first = gl.maximum(start_n - causal_offset, 0) // BLOCK_M
@@ -335,28 +329,62 @@ def hopper_attention_bwd_dkdv_kernel(
     else:
         first = 0
         full_lo = 0
-    count = n_m - first
+    return first, full_lo, n_m - first
 
-    k_smem = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
-    v_smem = gl.allocate_shared_memory(v_desc.dtype, v_desc.block_type.shape, v_desc.layout)
-    q_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
-    do_bufs = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
-    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_bar, count=1)
-    _init_ring(ready, STAGES)
-    fence_async_shared()
 
+@gluon.jit
+def _dkdv_producer(descs, bufs, bars, coords, STAGES: gl.constexpr, NBYTES_K: gl.constexpr,
+                   NBYTES_Q: gl.constexpr):
+    """Worker partition of the warp-specialised dK/dV kernel: K and V once, then the Q and dO tiles
+    of ring entries [0, count) (query tile ``first + j``), each pair into slot j % STAGES only
+    after the consumer has released it."""
+    q_desc, k_desc, v_desc, do_desc = descs
+    k_smem, v_smem, q_bufs, do_bufs = bufs
+    kv_bar, ready, empty = bars
+    b, h, start_n, first, count = coords
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     mbarrier.expect(kv_bar, 2 * NBYTES_K)
     tma_load(k_desc, [b, h, start_n, 0], kv_bar, k_smem)
     tma_load(v_desc, [b, h, start_n, 0], kv_bar, v_smem)
-    for i in gl.static_range(STAGES):
-        _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(i), b, h, (first + i) * BLOCK_M, i, i < count,
+    for j in range(0, count):
+        slot = j % STAGES
+        # an mbarrier starts in phase 0 with the phase before (parity 1) counted as complete, so
+        # the first pass over the ring waits for nothing
+        mbarrier.wait(empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(slot), b, h, (first + j) * BLOCK_M, slot, True,
                    2 * NBYTES_Q)
 
-    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+
+@gluon.jit
+def _dkdv_consumer(descs, bufs, bars, coords, ranges, ROWS, DELTA, PAD, stride_pb, stride_pn, N_Q, N_K,
+                   causal_offset, qk_scale, sm_scale, STAGES: gl.constexpr, NBYTES_K: gl.constexpr,
+                   NBYTES_Q: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr,
+                   SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """The dK/dV of one key tile: the wgmmas and the gradient math over the ring's query tiles, and
+    the epilogue (dK, dV through TMA from the K and V buffers). With ``SELF_LOAD`` it also issues
+    every load (K, V and the first ``STAGES`` ring entries here, each later entry when a slot is
+    done: no producer partition)."""
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc = descs
+    k_smem, v_smem, q_bufs, do_bufs = bufs
+    kv_bar, ready, empty = bars
+    b, h, bh, start_n = coords
+    first, full_lo, count = ranges
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    gl.static_assert(BLOCK_N == 16 * NUM_WARPS, "one 16-key wgmma slice per warp along M")
+
+    if SELF_LOAD:
+        mbarrier.expect(kv_bar, 2 * NBYTES_K)
+        tma_load(k_desc, [b, h, start_n, 0], kv_bar, k_smem)
+        tma_load(v_desc, [b, h, start_n, 0], kv_bar, v_smem)
+        for i in gl.static_range(STAGES):
+            _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(i), b, h, (first + i) * BLOCK_M, i, i < count,
+                       2 * NBYTES_Q)
+
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                         instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
     keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout))
     st_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
@@ -365,7 +393,7 @@ def hopper_attention_bwd_dkdv_kernel(
 
     k_tile = k_smem.reshape([BLOCK_N, HEAD_DIM])
     v_tile = v_smem.reshape([BLOCK_N, HEAD_DIM])
-    ring = (q_desc, do_desc, q_bufs, do_bufs, ready)
+    ring = (q_desc, do_desc, q_bufs, do_bufs, ready, empty)
     stats_base = ROWS + bh.to(gl.int64) * 3 * N_Q
     delta_base = DELTA + bh.to(gl.int64) * N_Q
     if HAS_PAD:
@@ -375,16 +403,19 @@ def hopper_attention_bwd_dkdv_kernel(
     mbarrier.wait(kv_bar, 0)
     if IS_CAUSAL:
         dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, full_lo - first, count, keys, stats_base,
-                             delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, True, EXACT_P)
+                             delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, True, EXACT_P,
+                             SELF_LOAD)
     dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, full_lo - first, count, count, keys, stats_base,
-                         delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, False, EXACT_P)
+                         delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, False, EXACT_P,
+                         SELF_LOAD)
 
     dk = dk * sm_scale
     if HAS_PAD:
         # a padded key gets no probability from any query: its dK and dV are exactly zero
         dk = gl.where(key_ok[:, None], dk, 0.0)
         dv = gl.where(key_ok[:, None], dv, 0.0)
-    # dK and dV out through the K and V buffers (every wgmma reading them has completed)
+    # dK and dV out through the K and V buffers (every wgmma reading them has completed; the
+    # producer wrote them once, before the ring)
     cta_barrier()
     k_tile.store(dk.to(dk_desc.dtype))
     v_tile.store(dv.to(dv_desc.dtype))
@@ -394,11 +425,73 @@ def hopper_attention_bwd_dkdv_kernel(
     tma.store_wait(0)
 
 
+@gluon.jit
+def hopper_attention_bwd_dkdv_kernel(
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, ROWS, DELTA, PAD, stride_pb, stride_pn,
+    H, N_Q, N_K, causal_offset, qk_scale, sm_scale,
+    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr,
+    WARP_SPECIALIZE: gl.constexpr, num_warps: gl.constexpr,
+):
+    """dK and dV of one (key tile, batch * head); reads the DELTA the dQ kernel stored. Grid
+    (cdiv(N_K, BLOCK_N), B * H). With ``WARP_SPECIALIZE`` a one-warp producer partition
+    (:func:`_dkdv_producer`) issues every TMA load and the ``num_warps`` consumer warps
+    (:func:`_dkdv_consumer`, the default partition) hand each ring slot back through its "empty"
+    mbarrier once the wgmmas that read it have completed; without it the consumer warps issue the
+    loads themselves. Both run the same instructions on the same tiles."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
+    NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
+    NBYTES_K: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+
+    pid_n = gl.program_id(0)
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start_n = pid_n * BLOCK_N
+    first, full_lo, count = _dkdv_range(N_Q, start_n, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
+
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, v_desc.block_type.shape, v_desc.layout)
+    q_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_bufs = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    _init_ring(ready, STAGES)
+    if WARP_SPECIALIZE:
+        # released once per slot use by the consumer partition
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        _init_ring(empty, STAGES)
+    else:
+        empty = ready  # never arrived on: the consumer refills the slots itself
+    fence_async_shared()
+
+    bufs = (k_smem, v_smem, q_bufs, do_bufs)
+    bars = (kv_bar, ready, empty)
+    # the constexprs stay literal in each argument tuple (a constexpr that travels in a tuple
+    # variable reaches the callee as a runtime value)
+    if WARP_SPECIALIZE:
+        gl.warp_specialize([
+            (_dkdv_consumer, ((q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc), bufs, bars, (b, h, bh, start_n),
+                              (first, full_lo, count), ROWS, DELTA, PAD, stride_pb, stride_pn, N_Q, N_K,
+                              causal_offset, qk_scale, sm_scale, STAGES, NBYTES_K, NBYTES_Q, IS_CAUSAL, HAS_PAD,
+                              EXACT_P, False, num_warps)),
+            (_dkdv_producer, ((q_desc, k_desc, v_desc, do_desc), bufs, bars, (b, h, start_n, first, count), STAGES,
+                              NBYTES_K, NBYTES_Q)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    else:
+        _dkdv_consumer((q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc), bufs, bars, (b, h, bh, start_n),
+                       (first, full_lo, count), ROWS, DELTA, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset,
+                       qk_scale, sm_scale, STAGES, NBYTES_K, NBYTES_Q, IS_CAUSAL, HAS_PAD, EXACT_P, True, num_warps)
+
+
 # ---------------------------------------------------------------------------------------------
 # launcher
 # ---------------------------------------------------------------------------------------------
 def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, causal: bool = False,
-                    softmax_scale: float | None = None):
+                    softmax_scale: float | None = None, warp_specialize: bool = False):
     """(dq, dk, dv), contiguous, in q's dtype: the gradients of softmax(q k^T * scale) v.
 
     q, out, grad_out: (B, H, N_q, d); k, v: (B, H, N_k, d); CUDA tensors on an sm_90 device,
@@ -407,6 +500,8 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
     reason otherwise). row_stats: the forward's float32 (B, H, 3, N_q) [lse, m, log2 l]
     (:func:`kernels.launch_args.new_row_stats`). key_padding_mask: optional bool (B, N_k), True =
     padding key. causal: bottom-right aligned. softmax_scale: default 1 / sqrt(d), > 0.
+    ``warp_specialize=True`` runs the dK/dV kernel with a one-warp TMA producer partition
+    (``WARP_SPECIALIZE``); the gradients are the same bits either way.
     """
     import torch
     import triton
@@ -452,8 +547,10 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
         tma_descriptor(grad_out, DQ_BLOCK_M), tma_descriptor(dq, DQ_BLOCK_M), out, grad_out, row_stats, delta, pad,
         out.stride(0), out.stride(1), out.stride(2), grad_out.stride(0), grad_out.stride(1), grad_out.stride(2),
         stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, **flags)
+    dkdv_options = {"maxnreg": MAXNREG} if warp_specialize else {}
     hopper_attention_bwd_dkdv_kernel[(triton.cdiv(n_k, DKV_BLOCK_N), B * H)](
         tma_descriptor(q, DKV_BLOCK_M), tma_descriptor(k, DKV_BLOCK_N), tma_descriptor(v, DKV_BLOCK_N),
         tma_descriptor(grad_out, DKV_BLOCK_M), tma_descriptor(dk, DKV_BLOCK_N), tma_descriptor(dv, DKV_BLOCK_N),
-        row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, **flags)
+        row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale,
+        WARP_SPECIALIZE=bool(warp_specialize), **flags, **dkdv_options)
     return dq, dk, dv

@@ -14,8 +14,9 @@ import pytest
 # head dims 64, 128 x bf16, fp16 x causal on / off x mask on / off x (warp-specialised, single-partition,
 # ping-pong or block-sparse ping-pong) x (softmax overlapped with the previous PV or not)
 N_VARIANTS = 128
-# the backward's dQ and dK/dV kernels x head dims 64, 128 x bf16, fp16 x causal on / off x mask on / off
-N_BWD_VARIANTS = 32
+# the backward's dQ, dK/dV and warp-specialised dK/dV kernels x head dims 64, 128 x bf16, fp16 x causal
+# on / off x mask on / off
+N_BWD_VARIANTS = 48
 
 
 @pytest.mark.slow  # 160 ptxas compiles, one at a time (one core, like any other test of the run): ~8 min
@@ -54,10 +55,20 @@ def test_hopper_gluon_kernels_compile_for_sm90():
     assert sum(" sparse-pingpong" in line for line in lines) == 32
     # the backward spills nothing inside its loops; only the dK/dV kernel at d = 128 (both 128 x 128
     # float32 accumulators resident: 128 of its 255 registers) may spill a few scalars outside them
-    # (at most 8 stores: Triton 3.6 with the causal diagonal, 3.9 bf16 with a mask)
+    # (at most 8 stores: Triton 3.6 with the causal diagonal, 3.9 bf16 with a mask). Its
+    # warp-specialised consumer has the 240 registers setmaxnreg gives it: within the same bounds
+    # under Triton 3.6 (the release the GPU runs: at most one store, causal), while later releases
+    # run short in the query loop (3.9: up to 15 stores, 12 in loops, without the causal diagonal)
     bwd = [line for line in proc.stdout.splitlines() if line.startswith("hopper-bwd ")]
     assert len(bwd) == N_BWD_VARIANTS and all(" ok " in line for line in bwd), proc.stdout
+    assert sum(" dkdv-ws " in line for line in bwd) == 16
+    import triton
+    tight_ws = triton.__version__.split("+")[0] != "3.6.0"
     for line in bwd:
-        assert int(re.search(r"loop-spills:(\d+)", line)[1]) == 0, line
         spills = int(re.search(r"spill-stores:(\d+)", line)[1])
+        loop_spills = int(re.search(r"loop-spills:(\d+)", line)[1])
+        if tight_ws and " dkdv-ws " in line and "d=128" in line:
+            assert spills <= 16 and loop_spills <= 12, line
+            continue
+        assert loop_spills == 0, line
         assert spills <= (8 if ("dkdv" in line and "d=128" in line) else 0), line
