@@ -32,6 +32,45 @@ def _portable(grad_out, q, k, v, mask, causal, scale):
     return out, row_stats, grads
 
 
+def _inputs(dtype, d, causal, padded, B, H, n_q, n_k, g):
+    """(q, k, v, grad_out, mask) of one case: standard normal in ``dtype``, 30 % of the keys padded
+    with batch entry 0 fully padded (``padded``)."""
+    q = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
+    k = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
+    v = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
+    grad_out = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
+    mask = None
+    if padded:
+        mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
+        mask[0] = True  # a batch entry with every key padded
+    return q, k, v, grad_out, mask
+
+
+def _check_against_reference(grads, portable, q, k, v, grad_out, mask, causal, scale):
+    """``grads`` (dq, dk, dv) against the float64 reference's, within the dtype's tolerance or 1.5x
+    the portable backward's own error (``portable``); padded keys and rows that see no key get
+    exactly zero."""
+    dtype, d = q.dtype, q.shape[-1]
+    B, H, n_q, n_k = (*q.shape[:3], k.shape[2])
+    qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref, _ = attention_reference(qr, kr, vr, key_padding_mask=mask, causal=causal, softmax_scale=scale)
+    ref.backward(grad_out.double())
+    where = f"{dtype} d={d} {(B, H, n_q, n_k)}"
+    for name, got, mine, expected in zip(("dq", "dk", "dv"), grads, portable, (qr.grad, kr.grad, vr.grad)):
+        assert got.shape == expected.shape and got.dtype == dtype, f"{name} {where}"
+        err, yardstick = rel_err(got, expected), rel_err(mine, expected)
+        assert err < max(TOL[dtype], 1.5 * yardstick), f"{name} {where}: {err:.2e} (portable {yardstick:.2e})"
+    if mask is not None:
+        dq, dk, dv = grads
+        # padded keys get no gradient; the fully padded entry passes none to its queries
+        assert torch.all(dk[mask[:, None, :, None].expand_as(dk)] == 0), where
+        assert torch.all(dv[mask[:, None, :, None].expand_as(dv)] == 0), where
+        assert torch.all(dq[0] == 0), where
+    if causal and n_q > n_k:
+        # query rows i < N_q - N_k see no key
+        assert torch.all(grads[0][:, :, : n_q - n_k] == 0), where
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -42,34 +81,32 @@ def test_hopper_backward_matches_the_reference(dtype, d, causal, padded):
     g = torch.Generator(device="cuda").manual_seed(d + 2 * causal + padded)
     scale = 1 / math.sqrt(d)
     for B, H, n_q, n_k in SHAPES:
-        q = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
-        k = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
-        v = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
-        grad_out = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
-        mask = None
-        if padded:
-            mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
-            mask[0] = True  # a batch entry with every key padded
+        q, k, v, grad_out, mask = _inputs(dtype, d, causal, padded, B, H, n_q, n_k, g)
         out, row_stats, portable = _portable(grad_out, q, k, v, mask, causal, scale)
         grads = hopper_backward(grad_out, q, k, v, out, row_stats, mask, causal, scale)
+        _check_against_reference(grads, portable, q, k, v, grad_out, mask, causal, scale)
 
-        qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
-        ref, _ = attention_reference(qr, kr, vr, key_padding_mask=mask, causal=causal, softmax_scale=scale)
-        ref.backward(grad_out.double())
-        where = f"{dtype} d={d} {(B, H, n_q, n_k)}"
-        for name, got, mine, expected in zip(("dq", "dk", "dv"), grads, portable, (qr.grad, kr.grad, vr.grad)):
-            assert got.shape == expected.shape and got.dtype == dtype, f"{name} {where}"
-            err, yardstick = rel_err(got, expected), rel_err(mine, expected)
-            assert err < max(TOL[dtype], 1.5 * yardstick), f"{name} {where}: {err:.2e} (portable {yardstick:.2e})"
-        if padded:
-            dq, dk, dv = grads
-            # padded keys get no gradient; the fully padded entry passes none to its queries
-            assert torch.all(dk[mask[:, None, :, None].expand_as(dk)] == 0), where
-            assert torch.all(dv[mask[:, None, :, None].expand_as(dv)] == 0), where
-            assert torch.all(dq[0] == 0), where
-        if causal and n_q > n_k:
-            # query rows i < N_q - N_k see no key
-            assert torch.all(grads[0][:, :, : n_q - n_k] == 0), where
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("padded", [False, True], ids=["nomask", "mask"])
+def test_hopper_backward_warp_specialized_matches_the_reference_and_the_plain_kernel(dtype, d, causal, padded):
+    """The warp-specialised dK/dV kernel (``warp_specialize=True``) runs the single-partition
+    kernel's instructions on the same tiles, only its loads come from a producer partition: the
+    reference's tolerance, and the same bits as ``warp_specialize=False``."""
+    from kernels.hopper_attention_bwd import hopper_backward
+
+    g = torch.Generator(device="cuda").manual_seed(d + 2 * causal + padded)
+    scale = 1 / math.sqrt(d)
+    for B, H, n_q, n_k in SHAPES:
+        q, k, v, grad_out, mask = _inputs(dtype, d, causal, padded, B, H, n_q, n_k, g)
+        out, row_stats, portable = _portable(grad_out, q, k, v, mask, causal, scale)
+        grads = hopper_backward(grad_out, q, k, v, out, row_stats, mask, causal, scale, warp_specialize=True)
+        _check_against_reference(grads, portable, q, k, v, grad_out, mask, causal, scale)
+        plain = hopper_backward(grad_out, q, k, v, out, row_stats, mask, causal, scale, warp_specialize=False)
+        for name, got, expected in zip(("dq", "dk", "dv"), grads, plain):
+            assert torch.equal(got, expected), f"{name} {dtype} d={d} {(B, H, n_q, n_k)}"
 
 
 def test_hopper_backward_rejects_what_it_cannot_run():
@@ -86,8 +123,10 @@ def test_hopper_backward_rejects_what_it_cannot_run():
         hopper_backward(q.float(), q, q, q, q, stats)
 
 
-@pytest.mark.parametrize("warp_specialize,overlap", [(False, False), (True, True)], ids=["plain", "ws-overlap"])
-def test_hopper_flash_attention_gradients_match_autograd_of_the_reference(warp_specialize, overlap):
+@pytest.mark.parametrize("warp_specialize,overlap,backward_ws", [(False, False, False), (True, True, False),
+                                                                 (True, True, True)],
+                         ids=["plain", "ws-overlap", "ws-overlap-ws-bwd"])
+def test_hopper_flash_attention_gradients_match_autograd_of_the_reference(warp_specialize, overlap, backward_ws):
     """Forward and backward as one differentiable call, on views of a fused projection and with an
     incoming gradient TMA cannot read (a transposed view: copied first)."""
     from kernels.hopper_autograd import hopper_flash_attention
@@ -96,7 +135,8 @@ def test_hopper_flash_attention_gradients_match_autograd_of_the_reference(warp_s
     B, N, H, d = 2, 384, 2, 64
     qkv = torch.randn(B, N, 3, H, d, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    out = hopper_flash_attention(q, k, v, causal=True, warp_specialize=warp_specialize, overlap=overlap)
+    out = hopper_flash_attention(q, k, v, causal=True, warp_specialize=warp_specialize, overlap=overlap,
+                                 backward_warp_specialize=backward_ws)
     grad = torch.randn(B, H, d, N, device="cuda", generator=g).to(torch.bfloat16).transpose(-1, -2)
     out.backward(grad)
 
