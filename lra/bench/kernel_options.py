@@ -12,12 +12,13 @@ import argparse
 from lra.commands.parser import Parser, seq_len
 
 K = 1024
-DENSE_IMPLS = ("ours", "ours_portable", "ours_hopper", "ours_hopper_pp", "sdpa_flash",
+DENSE_IMPLS = ("ours", "ours_portable", "ours_hopper", "ours_hopper_pp", "ours_hopper_ws", "sdpa_flash",
                "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
 # on request only: ours_portable is kernels.flash_attention with the Hopper forward switched off
 # (kernels.use_hopper_forward(False)); ours_hopper runs both Hopper Gluon kernels
-# (kernels.hopper_autograd), ours_hopper_pp the same with the forward's ping-pong schedule
-OPT_IN_IMPLS = ("ours_portable", "ours_hopper", "ours_hopper_pp")
+# (kernels.hopper_autograd), ours_hopper_pp the same with the forward's ping-pong schedule,
+# ours_hopper_ws that with the warp-specialised dK/dV backward
+OPT_IN_IMPLS = ("ours_portable", "ours_hopper", "ours_hopper_pp", "ours_hopper_ws")
 SPARSE_IMPLS = ("ours_sparse", "flex_sparse")
 PASSES = ("fwd", "bwd", "fwd_bwd")
 # = kernels.layouts.BENCHMARK_LAYOUTS, spelled out so that the CLI parses without importing the kernels

@@ -6,7 +6,8 @@ Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one p
    eager forward may run the Hopper ping-pong kernel, :mod:`kernels.hopper_dispatch`) and, on request
    only, ``ours_portable`` (the same with that dispatch switched off) and ``ours_hopper`` (the Hopper
    Gluon kernels through kernels.hopper_autograd, ``unsupported`` off sm_90; ``ours_hopper_pp`` the
-   same with the forward's ping-pong schedule) vs the anchors ``sdpa_flash``,
+   same with the forward's ping-pong schedule, ``ours_hopper_ws`` that with the warp-specialised dK/dV
+   backward) vs the anchors ``sdpa_flash``,
    ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
    torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
    (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
@@ -80,9 +81,11 @@ def _sdpa(backend_name: str, causal: bool, dropout: float = 0.0):
     return forward
 
 
-def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, pingpong: bool = False):
+def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, pingpong: bool = False,
+            backward_ws: bool = False):
     """The Hopper Gluon kernels (``kernels.hopper_autograd``: forward and backward; ``pingpong``:
-    the forward's ping-pong schedule); ``Unsupported`` off Hopper, with a Triton release they were
+    the forward's ping-pong schedule; ``backward_ws``: the warp-specialised dK/dV kernel, as
+    ``ours_hopper_ws`` with ``pingpong``); ``Unsupported`` off Hopper, with a Triton release they were
     not built for and with dropout (checked once per cell, outside the timed calls: the cell's inputs are fresh contiguous tensors,
     which TMA accepts)."""
     import torch
@@ -90,7 +93,7 @@ def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, 
 
     from kernels.hopper_support import supported
 
-    name = "ours_hopper_pp" if pingpong else "ours_hopper"
+    name = "ours_hopper_ws" if backward_ws else "ours_hopper_pp" if pingpong else "ours_hopper"
     if dropout > 0.0:
         raise Unsupported(f"{name}: no dropout")
     ok, why = supported(triton.__version__, torch.cuda.get_device_capability(), dtype or torch.bfloat16, head_dim)
@@ -99,7 +102,8 @@ def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, 
     from kernels.hopper_autograd import hopper_flash_attention
 
     def forward(q, k, v):
-        return hopper_flash_attention(q, k, v, causal=causal, pingpong=pingpong)
+        return hopper_flash_attention(q, k, v, causal=causal, pingpong=pingpong,
+                                      backward_warp_specialize=backward_ws)
     return forward
 
 
@@ -648,9 +652,10 @@ def run(args) -> int:
                         q, k, v, causal=args.causal, dropout_p=args.dropout))
                 elif impl == "ours_portable":
                     factory = lambda: _portable(args.causal, args.dropout)  # noqa: E731
-                elif impl in ("ours_hopper", "ours_hopper_pp"):
+                elif impl in ("ours_hopper", "ours_hopper_pp", "ours_hopper_ws"):
                     factory = lambda d=d, impl=impl: _hopper(  # noqa: E731
-                        args.causal, args.dropout, d, dtype, pingpong=impl == "ours_hopper_pp")
+                        args.causal, args.dropout, d, dtype, pingpong=impl != "ours_hopper",
+                        backward_ws=impl == "ours_hopper_ws")
                 elif impl.startswith("sdpa"):
                     factory = lambda impl=impl: _sdpa(impl, args.causal, args.dropout)  # noqa: E731
                 elif impl == "flex":

@@ -331,6 +331,34 @@ def test_the_hopper_pingpong_forward_is_opt_in_and_unsupported_off_hopper(monkey
         bench._hopper(causal=True, pingpong=True)
 
 
+def test_the_warp_specialized_hopper_backward_is_opt_in_and_runs_with_the_pingpong_forward(monkeypatch):
+    """`ours_hopper_ws` (the ping-pong forward with the warp-specialised dK/dV backward) runs on
+    request only, calls the Hopper kernels with both schedules, and its cells are `unsupported`
+    under its own name with dropout, off sm_90 or with a Triton it was not built for."""
+    import sys
+    import types
+
+    import torch
+
+    from lra.bench import kernels as bench
+
+    assert "ours_hopper_ws" not in _parser().parse_args([]).impls
+    assert _parser().parse_args(["--impls", "ours_hopper_ws"]).impls == ["ours_hopper_ws"]
+    with pytest.raises(bench.Unsupported, match="ours_hopper_ws: no dropout"):
+        bench._hopper(causal=False, dropout=0.1, pingpong=True, backward_ws=True)
+    seen = []
+    monkeypatch.setitem(sys.modules, "kernels.hopper_autograd", types.SimpleNamespace(
+        hopper_flash_attention=lambda q, k, v, **kw: seen.append(kw) or "out"))
+    monkeypatch.setattr("kernels.hopper_support.supported", lambda *a, **kw: (True, ""))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert bench._hopper(causal=True, pingpong=True, backward_ws=True)("q", "k", "v") == "out"
+    assert seen == [dict(causal=True, pingpong=True, backward_warp_specialize=True)]
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    with pytest.raises(bench.Unsupported, match="ours_hopper_ws: .*(sm_90|Triton)"):
+        bench._hopper(causal=True, pingpong=True, backward_ws=True)
+
+
 def test_ours_portable_is_opt_in_and_runs_with_the_hopper_forward_switched_off(monkeypatch):
     """`ours_portable` runs on request only; each call is kernels.flash_attention with the Hopper forward
     dispatch switched off, and the caller's setting comes back after it (also when the call raises)."""
