@@ -19,7 +19,7 @@ N_VARIANTS = 128
 N_BWD_VARIANTS = 48
 
 
-@pytest.mark.slow  # 144 ptxas compiles, one at a time (one core, like any other test of the run): ~8 min
+@pytest.mark.slow  # 176 ptxas compiles, one at a time (one core, like any other test of the run): ~8 min
 def test_hopper_gluon_kernels_compile_for_sm90():
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     root = Path(__file__).resolve().parents[2]
