@@ -37,10 +37,10 @@ wgmmas that read it. The dK/dV kernel has a warp-specialised variant (``WARP_SPE
 forward's): a one-warp producer partition issues the K / V loads and every Q / dO load, each into a
 slot once the consumer partition (the 8 warps) has released it through the slot's "empty" mbarrier
 after the wgmmas that read it completed; the consumer runs the same instructions on the same
-tiles, so the gradients are the same bits. Masking follows the portable kernels: causal is bottom-right aligned (query i sees keys
-j <= i + N_k - N_q), tiles on the causal diagonal or past the sequence end take the masked path;
-padded keys (key_padding_mask True) get dK = dV = 0, and their dS is dropped from dQ; rows past
-N_q read as rows that see no key. TMA zero-fills rows past N on load and clips them on store.
+tiles, so the gradients are the same bits. Masking follows the portable kernels: causal is
+bottom-right aligned (query i sees keys j <= i + N_k - N_q), tiles on the causal diagonal or past
+the sequence end take the masked path; padded keys (key_padding_mask True) get dK = dV = 0, and
+their dS is dropped from dQ; rows past N_q read as rows that see no key. TMA zero-fills rows past N on load and clips them on store.
 
 :func:`hopper_backward` validates (``ValueError`` with the reason, via
 :func:`kernels.hopper_support.supported`), builds the TMA descriptors and launches. Compile
