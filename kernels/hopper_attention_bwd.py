@@ -20,16 +20,16 @@ atomics), launched in this order on one stream:
 
 - ``hopper_attention_bwd_dq_kernel``: one program per (query tile of ``DQ_BLOCK_M``, batch *
   head). Q and dO stay in shared memory; K and V tiles of ``DQ_BLOCK_N`` keys stream through a
-  TMA ring. Per key tile: S = Q K^T and dP = dO V^T (two asynchronous wgmmas from shared memory),
-  P and dS in registers, dQ += dS K (wgmma, dS from registers). It first computes delta for its
-  rows (plain loads of O and dO) and stores it for the second kernel. dQ leaves through TMA from
-  the Q buffer.
+  TMA ring. Per key tile: S = Q K^T and dP = dO V^T (two asynchronous wgmmas from shared memory;
+  P's math runs while dP's wgmma does), dS in registers, dQ += dS K (wgmma, dS from registers). It
+  first computes delta for its rows (plain loads of O and dO) and stores it for the second kernel.
+  dQ leaves through TMA from the Q buffer.
 - ``hopper_attention_bwd_dkdv_kernel``: one program per (key tile of ``DKV_BLOCK_N``, batch *
   head). K and V stay in shared memory; Q and dO tiles of ``DKV_BLOCK_M`` queries stream through
   a TMA ring. Per query tile, transposed so that keys run along the wgmma M dimension: S^T = K Q^T
-  and P^T from it; dV += P^T dO issued together with dP^T = V dO^T; then dK += dS^T Q (P^T, dS^T
-  from registers). Query rows' statistics and delta are plain loads. dK and dV leave through TMA
-  from the K and V buffers.
+  and P^T from it; dP^T = V dO^T issued, then dV += P^T dO, whose wgmma runs beside dS^T's math
+  (not causal); then dK += dS^T Q (P^T, dS^T from registers). Query rows' statistics and delta are
+  plain loads. dK and dV leave through TMA from the K and V buffers.
 
 Both are single-partition software pipelines by default: the consumer warps issue the TMA loads
 themselves, ``STAGES`` tiles ahead, refilling a ring slot once every warpgroup has waited for the
@@ -40,7 +40,8 @@ after the wgmmas that read it completed; the consumer runs the same instructions
 tiles, so the gradients are the same bits. Masking follows the portable kernels: causal is
 bottom-right aligned (query i sees keys j <= i + N_k - N_q), tiles on the causal diagonal or past
 the sequence end take the masked path; padded keys (key_padding_mask True) get dK = dV = 0, and
-their dS is dropped from dQ; rows past N_q read as rows that see no key. TMA zero-fills rows past N on load and clips them on store.
+their dS is dropped from dQ; rows past N_q read as rows that see no key. TMA zero-fills rows past
+N on load and clips them on store.
 
 :func:`hopper_backward` validates (``ValueError`` with the reason, via
 :func:`kernels.hopper_support.supported`), builds the TMA descriptors and launches. Compile
@@ -148,8 +149,9 @@ def _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, lo, hi, end,
               qk_scale, pad_row, stride_pn, s_zero, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr,
               MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr):
     """dQ accumulation over key tiles [lo, hi) (ring slot j % STAGES; tiles up to ``end`` are
-    loaded). ``MASKED``: causal rule and sequence end; ``HAS_PAD``: padding keys. Each wgmma is
-    waited for at once (the next tiles' TMA loads overlap the compute)."""
+    loaded). ``MASKED``: causal rule and sequence end; ``HAS_PAD``: padding keys. P's math runs
+    beside dP's wgmma; dQ's wgmma is waited for before the slot is refilled (the next tiles' TMA
+    loads overlap the compute)."""
     k_desc, v_desc, k_bufs, v_bufs, ready = ring
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
@@ -162,7 +164,8 @@ def _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, lo, hi, end,
         v_tile = v_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
         s = warpgroup_mma(q_tile, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
         dp = warpgroup_mma(do_tile, v_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s, dp = warpgroup_mma_wait(0, deps=[s, dp])
+        # wgmma groups complete in issue order: S is ready while dP's wgmma still runs beside P's math
+        s = warpgroup_mma_wait(1, deps=[s])
         p = _probabilities(s, row_m[:, None], row_b[:, None], qk_scale, EXACT_P)
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         if MASKED:
@@ -174,6 +177,7 @@ def _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, lo, hi, end,
         if HAS_PAD:
             padded = gl.load(pad_row + cols * stride_pn, mask=cols < N_K, other=1)
             p = gl.where(padded[None, :] == 0, p, 0.0)
+        dp = warpgroup_mma_wait(0, deps=[dp])
         ds = p * (dp - delta[:, None])
         ds_op = gl.convert_layout(ds.to(k_bufs.dtype), ds_layout)
         dq = warpgroup_mma(ds_op, k_tile, dq, is_async=True)
@@ -267,12 +271,13 @@ def hopper_attention_bwd_dq_kernel(
 def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, stats_base, delta_base, N_Q,
                 causal_offset,
                 qk_scale, st_zero, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr, MASKED: gl.constexpr,
-                EXACT_P: gl.constexpr, SELF_LOAD: gl.constexpr):
+                EXACT_P: gl.constexpr, SELF_LOAD: gl.constexpr, OVERLAP: gl.constexpr):
     """dK/dV accumulation over ring entries [lo, hi): entry j is query tile ``first + j`` in slot
     j % STAGES; entries up to ``count`` are loaded. ``MASKED``: the causal rule (keys past N_K and
     padded keys need none here: their rows are zeroed or clipped at the end). Once the wgmmas that
     read a slot have completed, ``SELF_LOAD`` refills it with entry j + STAGES; otherwise the slot's
-    "empty" barrier hands it back to the producer partition."""
+    "empty" barrier hands it back to the producer partition. ``OVERLAP``: dV's wgmma runs beside
+    dS's math (else each wgmma is waited for at once)."""
     q_desc, do_desc, q_bufs, do_bufs, ready, empty = ring
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -288,8 +293,8 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
         mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
         q_tile = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
         do_tile = do_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
-        # S^T first and P^T from it, then dV's wgmma runs beside dP^T's: S^T and dP^T are never
-        # live together (with dK, dV resident that keeps d = 128 within the register file)
+        # S^T first and P^T from it, then dP^T: S^T and dP^T are never live together (with dK, dV
+        # resident that keeps d = 128 within the register file)
         st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(0, deps=[st])
         pt = _probabilities(st, row_m[None, :], row_b[None, :], qk_scale, EXACT_P)
@@ -297,13 +302,20 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
             # query i sees key j iff j <= i + causal_offset
             pt = gl.where(keys[:, None] <= rows[None, :] + causal_offset, pt, 0.0)
         pt_op = gl.convert_layout(pt.to(q_bufs.dtype), op_layout)
-        dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
-        dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-        dv, dpt, pt_op = warpgroup_mma_wait(0, deps=[dv, dpt, pt_op])
+        if OVERLAP:
+            # dP^T before dV: waiting for dP^T alone (groups complete in issue order) leaves dV's
+            # wgmma running beside dS's math
+            dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+            dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+            dpt = warpgroup_mma_wait(1, deps=[dpt])
+        else:
+            dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+            dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+            dv, dpt, pt_op = warpgroup_mma_wait(0, deps=[dv, dpt, pt_op])
         dst = pt * (dpt - delta[None, :])
         dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
         dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
-        dk, dst_op = warpgroup_mma_wait(0, deps=[dk, dst_op])
+        dk, dv, dst_op, pt_op = warpgroup_mma_wait(0, deps=[dk, dv, dst_op, pt_op])
         if SELF_LOAD:
             # both warpgroups are done with the slot before one thread refills it
             cta_barrier()
@@ -401,13 +413,15 @@ def _dkdv_consumer(descs, bufs, bars, coords, ranges, ROWS, DELTA, PAD, stride_p
         acc_keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
         key_ok = gl.load(PAD + b.to(gl.int64) * stride_pb + acc_keys * stride_pn, mask=acc_keys < N_K, other=1) == 0
     mbarrier.wait(kv_bar, 0)
+    # the overlap of dV's wgmma with dS's math holds P^T's operand longer: with the causal loop's
+    # registers beside it, d = 128 spills inside the loops (`python -m kernels.compile_check --hopper`)
     if IS_CAUSAL:
         dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, full_lo - first, count, keys, stats_base,
                              delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, True, EXACT_P,
-                             SELF_LOAD)
+                             SELF_LOAD, False)
     dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, full_lo - first, count, count, keys, stats_base,
                          delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, False, EXACT_P,
-                         SELF_LOAD)
+                         SELF_LOAD, not IS_CAUSAL)
 
     dk = dk * sm_scale
     if HAS_PAD:

@@ -57,8 +57,8 @@ def test_hopper_gluon_kernels_compile_for_sm90():
     # float32 accumulators resident: 128 of its 255 registers) may spill a few scalars outside them
     # (at most 8 stores: Triton 3.6 with the causal diagonal, 3.9 bf16 with a mask). Its
     # warp-specialised consumer has the 240 registers setmaxnreg gives it: within the same bounds
-    # under Triton 3.6 (the release the GPU runs: at most one store, causal), while later releases
-    # run short in the query loop (3.9: up to 15 stores, 12 of them in loops)
+    # under Triton 3.6 (the release the GPU runs: no store), while later releases run short in the
+    # query loop, most where dV's wgmma overlaps dS's math (3.9: up to 19 stores, 16 of them in loops)
     bwd = [line for line in proc.stdout.splitlines() if line.startswith("hopper-bwd ")]
     assert len(bwd) == N_BWD_VARIANTS and all(" ok " in line for line in bwd), proc.stdout
     assert sum(" dkdv-ws " in line for line in bwd) == 16
@@ -68,7 +68,7 @@ def test_hopper_gluon_kernels_compile_for_sm90():
         spills = int(re.search(r"spill-stores:(\d+)", line)[1])
         loop_spills = int(re.search(r"loop-spills:(\d+)", line)[1])
         if tight_ws and " dkdv-ws " in line and "d=128" in line:
-            assert spills <= 16 and loop_spills <= 12, line
+            assert spills <= 20 and loop_spills <= 16, line
             continue
         assert loop_spills == 0, line
         assert spills <= (8 if ("dkdv" in line and "d=128" in line) else 0), line
