@@ -27,9 +27,11 @@ atomics), launched in this order on one stream:
 - ``hopper_attention_bwd_dkdv_kernel``: one program per (key tile of ``DKV_BLOCK_N``, batch *
   head). K and V stay in shared memory; Q and dO tiles of ``DKV_BLOCK_M`` queries stream through
   a TMA ring. Per query tile, transposed so that keys run along the wgmma M dimension: S^T = K Q^T
-  and P^T from it; dP^T = V dO^T issued, then dV += P^T dO, whose wgmma runs beside dS^T's math
-  (not causal); then dK += dS^T Q (P^T, dS^T from registers). Query rows' statistics and delta are
-  plain loads. dK and dV leave through TMA from the K and V buffers.
+  and P^T from it; dP^T = V dO^T, dV += P^T dO and dK += dS^T Q (P^T, dS^T from registers).
+  Without causal masking the softmax math runs beside the tensor cores: at d = 64 the tiles are
+  software-pipelined (:func:`_dkdv_tiles_pipelined`: P^T's math beside the previous tile's dK,
+  dS^T's beside dV), at d = 128 dS^T's math runs beside dV's wgmma. Query rows' statistics and
+  delta are plain loads. dK and dV leave through TMA from the K and V buffers.
 
 Both are single-partition software pipelines by default: the consumer warps issue the TMA loads
 themselves, ``STAGES`` tiles ahead, refilling a ring slot once every warpgroup has waited for the
@@ -268,16 +270,36 @@ def hopper_attention_bwd_dq_kernel(
 # dK, dV: one program per key tile, loop over query tiles
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
+def _release_slot(ring, b, h, first, j, count, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr,
+                  SELF_LOAD: gl.constexpr):
+    """Ring entry j's slot, once every wgmma that read it has completed in this warpgroup:
+    ``SELF_LOAD`` refills it with entry j + STAGES (if loaded at all) after both warpgroups are
+    done; otherwise its "empty" barrier hands it back to the producer partition."""
+    q_desc, do_desc, q_bufs, do_bufs, ready, empty = ring
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    slot = j % STAGES
+    if SELF_LOAD:
+        cta_barrier()
+        nxt = j + STAGES
+        _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(slot), b, h, (first + nxt) * BLOCK_M, slot,
+                   nxt < count, NBYTES_QDO)
+    else:
+        # an arrive is a partition barrier and one thread's arrival: both warpgroups are done
+        mbarrier.arrive(empty.index(slot), count=1)
+
+
+@gluon.jit
 def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, stats_base, delta_base, N_Q,
                 causal_offset,
                 qk_scale, st_zero, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr, MASKED: gl.constexpr,
                 EXACT_P: gl.constexpr, SELF_LOAD: gl.constexpr, OVERLAP: gl.constexpr):
     """dK/dV accumulation over ring entries [lo, hi): entry j is query tile ``first + j`` in slot
     j % STAGES; entries up to ``count`` are loaded. ``MASKED``: the causal rule (keys past N_K and
-    padded keys need none here: their rows are zeroed or clipped at the end). Once the wgmmas that
-    read a slot have completed, ``SELF_LOAD`` refills it with entry j + STAGES; otherwise the slot's
-    "empty" barrier hands it back to the producer partition. ``OVERLAP``: dV's wgmma runs beside
-    dS's math (else each wgmma is waited for at once)."""
+    padded keys need none here: their rows are zeroed or clipped at the end). Every wgmma completes
+    within its tile; then the slot is released (:func:`_release_slot`). ``OVERLAP``: dP^T is issued
+    before dV and waited for alone, so dV's wgmma runs beside dS^T's math (else each wgmma is waited
+    for at once). The schedule where :func:`_dkdv_tiles_pipelined` would spill (d = 128) or does
+    not apply (causal)."""
     q_desc, do_desc, q_bufs, do_bufs, ready, empty = ring
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -293,8 +315,8 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
         mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
         q_tile = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
         do_tile = do_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
-        # S^T first and P^T from it, then dP^T: S^T and dP^T are never live together (with dK, dV
-        # resident that keeps d = 128 within the register file)
+        # S^T first and P^T from it, then dV's wgmma runs beside dP^T's: S^T and dP^T are never
+        # live together (with dK, dV resident that keeps d = 128 within the register file)
         st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(0, deps=[st])
         pt = _probabilities(st, row_m[None, :], row_b[None, :], qk_scale, EXACT_P)
@@ -303,8 +325,6 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
             pt = gl.where(keys[:, None] <= rows[None, :] + causal_offset, pt, 0.0)
         pt_op = gl.convert_layout(pt.to(q_bufs.dtype), op_layout)
         if OVERLAP:
-            # dP^T before dV: waiting for dP^T alone (groups complete in issue order) leaves dV's
-            # wgmma running beside dS's math
             dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
             dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
             dpt = warpgroup_mma_wait(1, deps=[dpt])
@@ -316,15 +336,78 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
         dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
         dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
         dk, dv, dst_op, pt_op = warpgroup_mma_wait(0, deps=[dk, dv, dst_op, pt_op])
-        if SELF_LOAD:
-            # both warpgroups are done with the slot before one thread refills it
-            cta_barrier()
-            nxt = j + STAGES
-            _load_pair(q_desc, do_desc, q_bufs, do_bufs, ready.index(slot), b, h, (first + nxt) * BLOCK_M, slot,
-                       nxt < count, NBYTES_QDO)
-        else:
-            # an arrive is a partition barrier and one thread's arrival: both warpgroups are done
-            mbarrier.arrive(empty.index(slot), count=1)
+        _release_slot(ring, b, h, first, j, count, STAGES, NBYTES_QDO, SELF_LOAD)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_pipelined_step(dk, dv, dst_prev, k_tile, v_tile, ring, b, h, first, j, count, stats_base, delta_base, N_Q,
+                         qk_scale, st_zero, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr, EXACT_P: gl.constexpr,
+                         SELF_LOAD: gl.constexpr, FIRST: gl.constexpr):
+    """Tile j of :func:`_dkdv_tiles_pipelined`: S^T(j) issued with dK(j - 1) (``dst_prev``: dS^T of
+    tile j - 1 in registers; none for the ``FIRST`` tile), then dP^T(j) with dV(j); returns (dK, dV,
+    dS^T of tile j), every wgmma completed."""
+    q_desc, do_desc, q_bufs, do_bufs, ready, empty = ring
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    st_layout: gl.constexpr = st_zero.type.layout
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
+    slot = j % STAGES
+    rows = (first + j) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))
+    row_m, row_b = _softmax_rows(stats_base, rows, N_Q, EXACT_P)
+    delta = gl.load(delta_base + rows, mask=rows < N_Q, other=0.0)
+    mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+    q_tile = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
+    do_tile = do_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
+    st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+    if FIRST:
+        st = warpgroup_mma_wait(0, deps=[st])
+    else:
+        q_prev = q_bufs.index((j - 1) % STAGES).reshape([BLOCK_M, HEAD_DIM])
+        dk = warpgroup_mma(dst_prev, q_prev, dk, is_async=True)
+        # S^T(j) done, dK(j - 1) runs beside P^T(j)'s math
+        st = warpgroup_mma_wait(1, deps=[st])
+    pt = _probabilities(st, row_m[None, :], row_b[None, :], qk_scale, EXACT_P)
+    pt_op = gl.convert_layout(pt.to(q_bufs.dtype), op_layout)
+    dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+    dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+    if FIRST:
+        dpt = warpgroup_mma_wait(1, deps=[dpt])
+    else:
+        # dK(j - 1), the last reader of slot j - 1, and dP^T(j) done; dV(j) runs beside dS^T(j)'s math
+        dpt, dk, dst_prev = warpgroup_mma_wait(1, deps=[dpt, dk, dst_prev])
+        _release_slot(ring, b, h, first, j - 1, count, STAGES, NBYTES_QDO, SELF_LOAD)
+    dst = pt * (dpt - delta[None, :])
+    dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
+    dv, pt_op = warpgroup_mma_wait(0, deps=[dv, pt_op])
+    return dk, dv, dst_op
+
+
+@gluon.jit
+def _dkdv_tiles_pipelined(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, stats_base, delta_base, N_Q,
+                          qk_scale, st_zero, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr, EXACT_P: gl.constexpr,
+                          SELF_LOAD: gl.constexpr):
+    """:func:`_dkdv_tiles` over unmasked entries [lo, hi) (lo < hi) with the softmax math beside the
+    tensor cores (FlashAttention-3's intra-warpgroup overlap, as the forward's
+    ``_attend_tiles_overlapped``): tile j issues S^T(j) together with dK(j - 1) and waits for S^T
+    alone (wgmma groups complete in issue order), so dK(j - 1) runs beside P^T(j)'s math; then it
+    issues dP^T(j) with dV(j) and waits for dP^T alone, so dV(j) runs beside dS^T(j)'s math. That
+    wait also completes dK(j - 1), the last reader of slot j - 1, which is released there. dS^T(j)
+    stays in registers until tile j + 1 (or the end) issues dK(j)."""
+    q_desc, do_desc, q_bufs, do_bufs, ready, empty = ring
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    dk, dv, dst_op = _dkdv_pipelined_step(dk, dv, None, k_tile, v_tile, ring, b, h, first, lo, count, stats_base,
+                                          delta_base, N_Q, qk_scale, st_zero, STAGES, NBYTES_QDO, EXACT_P, SELF_LOAD,
+                                          True)
+    for j in range(lo + 1, hi):
+        dk, dv, dst_op = _dkdv_pipelined_step(dk, dv, dst_op, k_tile, v_tile, ring, b, h, first, j, count,
+                                              stats_base, delta_base, N_Q, qk_scale, st_zero, STAGES, NBYTES_QDO,
+                                              EXACT_P, SELF_LOAD, False)
+    q_last = q_bufs.index((hi - 1) % STAGES).reshape([BLOCK_M, HEAD_DIM])
+    dk = warpgroup_mma(dst_op, q_last, dk, is_async=True)
+    dk, dst_op = warpgroup_mma_wait(0, deps=[dk, dst_op])
+    _release_slot(ring, b, h, first, hi - 1, count, STAGES, NBYTES_QDO, SELF_LOAD)
     return dk, dv
 
 
@@ -413,15 +496,23 @@ def _dkdv_consumer(descs, bufs, bars, coords, ranges, ROWS, DELTA, PAD, stride_p
         acc_keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
         key_ok = gl.load(PAD + b.to(gl.int64) * stride_pb + acc_keys * stride_pn, mask=acc_keys < N_K, other=1) == 0
     mbarrier.wait(kv_bar, 0)
-    # the overlap of dV's wgmma with dS's math holds P^T's operand longer: with the causal loop's
-    # registers beside it, d = 128 spills inside the loops (`python -m kernels.compile_check --hopper`)
+    # schedules by what fits the registers (sm_90 compile, `python -m kernels.compile_check --hopper`):
+    # the pipelined one spills inside the loop at d = 128, the overlap of dV alone where causal
     if IS_CAUSAL:
         dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, full_lo - first, count, keys, stats_base,
                              delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, True, EXACT_P,
                              SELF_LOAD, False)
-    dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, full_lo - first, count, count, keys, stats_base,
-                         delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, False, EXACT_P,
-                         SELF_LOAD, not IS_CAUSAL)
+        dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, full_lo - first, count, count, keys,
+                             stats_base, delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q,
+                             False, EXACT_P, SELF_LOAD, False)
+    elif HEAD_DIM <= 64:
+        # every query tile sees the whole key tile: count >= 1 entries, none masked
+        dk, dv = _dkdv_tiles_pipelined(dk, dv, k_tile, v_tile, ring, b, h, first, 0, count, count, stats_base,
+                                       delta_base, N_Q, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, EXACT_P, SELF_LOAD)
+    else:
+        dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, count, count, keys, stats_base,
+                             delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, False, EXACT_P,
+                             SELF_LOAD, True)
 
     dk = dk * sm_scale
     if HAS_PAD:
