@@ -20,10 +20,12 @@ atomics), launched in this order on one stream:
 
 - ``hopper_attention_bwd_dq_kernel``: one program per (query tile of ``DQ_BLOCK_M``, batch *
   head). Q and dO stay in shared memory; K and V tiles of ``DQ_BLOCK_N`` keys stream through a
-  TMA ring. Per key tile: S = Q K^T and dP = dO V^T (two asynchronous wgmmas from shared memory;
-  P's math runs while dP's wgmma does), dS in registers, dQ += dS K (wgmma, dS from registers). It
-  first computes delta for its rows (plain loads of O and dO) and stores it for the second kernel.
-  dQ leaves through TMA from the Q buffer.
+  TMA ring. Per key tile: S = Q K^T and dP = dO V^T (two asynchronous wgmmas from shared memory),
+  P and dS in registers, dQ += dS K (wgmma, dS from registers); the key tiles that no mask touches
+  are software-pipelined (:func:`_dq_tiles_pipelined`: P's and dS's math beside dP's and the
+  previous tile's dQ wgmmas), the masked ones (causal diagonal, sequence end) follow one at a time.
+  It first computes delta for its rows (plain loads of O and dO) and stores it for the second
+  kernel. dQ leaves through TMA from the Q buffer.
 - ``hopper_attention_bwd_dkdv_kernel``: one program per (key tile of ``DKV_BLOCK_N``, batch *
   head). K and V stay in shared memory; Q and dO tiles of ``DKV_BLOCK_M`` queries stream through
   a TMA ring. Per query tile, transposed so that keys run along the wgmma M dimension: S^T = K Q^T
@@ -184,12 +186,88 @@ def _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, lo, hi, end,
         ds_op = gl.convert_layout(ds.to(k_bufs.dtype), ds_layout)
         dq = warpgroup_mma(ds_op, k_tile, dq, is_async=True)
         dq, ds_op = warpgroup_mma_wait(0, deps=[dq, ds_op])
-        # both warpgroups are done with the slot before one thread refills it
-        cta_barrier()
-        nxt = j + STAGES
-        _load_pair(k_desc, v_desc, k_bufs, v_bufs, ready.index(slot), b, h, nxt * BLOCK_N, slot, nxt < end,
-                   NBYTES_KV)
+        _refill_kv(ring, b, h, j, end, STAGES, NBYTES_KV)
     return dq
+
+
+@gluon.jit
+def _dq_pipelined_step(dq, ds_prev, q_tile, do_tile, row_m, row_b, delta, ring, b, h, j, end, N_K, qk_scale, pad_row,
+                       stride_pn, s_zero, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, HAS_PAD: gl.constexpr,
+                       EXACT_P: gl.constexpr, FIRST: gl.constexpr):
+    """Key tile j of :func:`_dq_tiles_pipelined`: S(j) and dP(j) issued with dQ(j - 1) (``ds_prev``:
+    dS of tile j - 1 in registers; none for the ``FIRST`` tile); returns (dQ, dS of tile j), every
+    wgmma completed and slot j - 1 refilled."""
+    k_desc, v_desc, k_bufs, v_bufs, ready = ring
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    s_layout: gl.constexpr = s_zero.type.layout
+    ds_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq.type.layout, k_width=2)
+    slot = j % STAGES
+    mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+    k_tile = k_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
+    v_tile = v_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
+    s = warpgroup_mma(q_tile, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dp = warpgroup_mma(do_tile, v_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if FIRST:
+        s = warpgroup_mma_wait(1, deps=[s])
+    else:
+        k_prev = k_bufs.index((j - 1) % STAGES).reshape([BLOCK_N, HEAD_DIM])
+        dq = warpgroup_mma(ds_prev, k_prev, dq, is_async=True)
+        # S(j) done; dP(j) and dQ(j - 1) run beside P's math
+        s = warpgroup_mma_wait(2, deps=[s])
+    p = _probabilities(s, row_m[:, None], row_b[:, None], qk_scale, EXACT_P)
+    if HAS_PAD:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        padded = gl.load(pad_row + cols * stride_pn, mask=cols < N_K, other=1)
+        p = gl.where(padded[None, :] == 0, p, 0.0)
+    if FIRST:
+        dp = warpgroup_mma_wait(0, deps=[dp])
+    else:
+        # dP(j) done; dQ(j - 1) runs beside dS's math
+        dp = warpgroup_mma_wait(1, deps=[dp])
+    ds = p * (dp - delta[:, None])
+    ds_op = gl.convert_layout(ds.to(k_bufs.dtype), ds_layout)
+    if not FIRST:
+        dq, ds_prev = warpgroup_mma_wait(0, deps=[dq, ds_prev])
+        _refill_kv(ring, b, h, j - 1, end, STAGES, NBYTES_KV)
+    return dq, ds_op
+
+
+@gluon.jit
+def _dq_tiles_pipelined(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, lo, hi, end, N_K, qk_scale, pad_row,
+                        stride_pn, s_zero, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr, HAS_PAD: gl.constexpr,
+                        EXACT_P: gl.constexpr):
+    """:func:`_dq_tiles` over the unmasked key tiles [lo, hi) (lo < hi) with the softmax math beside
+    the tensor cores: tile j issues S(j), dP(j) and dQ(j - 1) and waits for S alone (wgmma groups
+    complete in issue order), so P's math runs beside dP(j) and dQ(j - 1), then for dP alone, so
+    dS's math runs beside dQ(j - 1); slot j - 1 is refilled once dQ(j - 1) completes. dS(j) stays in
+    registers until tile j + 1 (or the end) issues dQ(j)."""
+    k_desc, v_desc, k_bufs, v_bufs, ready = ring
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    dq, ds_op = _dq_pipelined_step(dq, None, q_tile, do_tile, row_m, row_b, delta, ring, b, h, lo, end, N_K,
+                                   qk_scale, pad_row, stride_pn, s_zero, STAGES, NBYTES_KV, HAS_PAD, EXACT_P, True)
+    for j in range(lo + 1, hi):
+        dq, ds_op = _dq_pipelined_step(dq, ds_op, q_tile, do_tile, row_m, row_b, delta, ring, b, h, j, end, N_K,
+                                       qk_scale, pad_row, stride_pn, s_zero, STAGES, NBYTES_KV, HAS_PAD, EXACT_P,
+                                       False)
+    k_last = k_bufs.index((hi - 1) % STAGES).reshape([BLOCK_N, HEAD_DIM])
+    dq = warpgroup_mma(ds_op, k_last, dq, is_async=True)
+    dq, ds_op = warpgroup_mma_wait(0, deps=[dq, ds_op])
+    _refill_kv(ring, b, h, hi - 1, end, STAGES, NBYTES_KV)
+    return dq
+
+
+@gluon.jit
+def _refill_kv(ring, b, h, j, end, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr):
+    """Key tile j's ring slot, once every wgmma that read it has completed in this warpgroup, refilled
+    with tile j + STAGES (if there is one) after both warpgroups are done with it."""
+    k_desc, v_desc, k_bufs, v_bufs, ready = ring
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    slot = j % STAGES
+    cta_barrier()
+    nxt = j + STAGES
+    _load_pair(k_desc, v_desc, k_bufs, v_bufs, ready.index(slot), b, h, nxt * BLOCK_N, slot, nxt < end, NBYTES_KV)
 
 
 @gluon.jit
@@ -251,8 +329,11 @@ def hopper_attention_bwd_dq_kernel(
     do_tile = do_smem.reshape([BLOCK_M, HEAD_DIM])
     ring = (k_desc, v_desc, k_bufs, v_bufs, ready)
     mbarrier.wait(q_bar, 0)
-    dq = _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, 0, full_hi, end, rows, N_K, causal_offset,
-                   qk_scale, pad_row, stride_pn, s_zero, STAGES, 2 * NBYTES_KV, False, IS_CAUSAL, HAS_PAD, EXACT_P)
+    # the key tiles every row of the tile sees whole, pipelined; then the masked ones (causal
+    # diagonal, sequence end), one at a time
+    if full_hi > 0:
+        dq = _dq_tiles_pipelined(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, 0, full_hi, end, N_K, qk_scale,
+                                 pad_row, stride_pn, s_zero, STAGES, 2 * NBYTES_KV, HAS_PAD, EXACT_P)
     dq = _dq_tiles(dq, q_tile, do_tile, row_m, row_b, delta, ring, b, h, full_hi, end, end, rows, N_K,
                    causal_offset, qk_scale, pad_row, stride_pn, s_zero, STAGES, 2 * NBYTES_KV, True, IS_CAUSAL,
                    HAS_PAD, EXACT_P)
