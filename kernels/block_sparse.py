@@ -15,10 +15,10 @@ ragged last tile); ``counts[..., 0]`` / ``counts[..., 1]`` are the ends of the t
 that causal masking hides completely are dropped. Kernel tiles divide ``block_size`` (tile sides
 are clamped to it), so a layout block maps onto whole tiles.
 
-On an sm_90 GPU the eager forward of a call with layout blocks of 128 or 256 runs the Hopper
-ping-pong kernel (:mod:`kernels.hopper_dispatch`): its forward plan is then made for that kernel's
-tile (128 query rows x 128 keys, :func:`kernels.hopper_dispatch.sparse_tiles`), which it walks
-like the portable kernel does; the backward's plans are the same either way.
+On an sm_90 GPU the eager forward of a call at d = 128 with layout blocks of 128 or 256 runs the
+Hopper ping-pong kernel (:mod:`kernels.hopper_dispatch`): its forward plan is then made for that
+kernel's tile (128 query rows x 128 keys, :func:`kernels.hopper_dispatch.sparse_tiles`), which it
+walks like the portable kernel does; the backward's plans are the same either way.
 
 Under ``torch.compile`` the plans are looked up outside the traced region: the compiled graph gets
 them as ready constant tensors (see :func:`_constant_plans`), so neither the plan building (which

@@ -22,6 +22,9 @@ TMA_ALIGN = 16  # bytes: TMA's base address and every stride but the innermost
 _UNALIGNED_BASE = "TMA needs a 16-byte aligned base address"
 # head dim -> least N_k at which the ping-pong forward beats the portable one: results/kernels/h200/hopper.md
 PINGPONG_MIN_KEYS = {128: 1, 64: 2048}
+# the same for a block-sparse forward: d = 128 only; at d = 64 the portable block-sparse forward is as
+# fast or faster at every N (results/kernels/README.md, "Hopper dispatch")
+SPARSE_PINGPONG_MIN_KEYS = {128: 1}
 # (query rows, keys) of the forward's tile: a program's query rows and one K / V tile
 # (kernels.hopper_attention's BLOCK_M and BLOCK_N). The block-sparse forward walks the plan of a
 # portable forward of this tile (kernels.block_sparse), which exists for layout blocks of 128 and 256
@@ -125,7 +128,8 @@ def takes_hopper_forward(triton_version: str, capability: tuple[int, int] | None
     dropout, is dense (``sparse_tile`` None) or block-sparse with a plan made for the Hopper
     forward's tile (``sparse_tile``, the (query rows, keys) of the plan's forward tile, equal to
     :data:`FORWARD_TILE`: the index lists the kernel walks), the kernel is faster at this head dim
-    and key count (:data:`PINGPONG_MIN_KEYS`: d = 128 at any N_k, d = 64 from N_k = 2048) and
+    and key count (dense, :data:`PINGPONG_MIN_KEYS`: d = 128 at any N_k, d = 64 from N_k = 2048;
+    block-sparse, :data:`SPARSE_PINGPONG_MIN_KEYS`: d = 128) and
     :func:`supported` accepts it. ``capability``: the CUDA device's compute capability, ``None``
     for a tensor that is not on CUDA. ``tensors``: q, k, v and the output, (B, H, N, d), anything
     with ``stride()`` and ``data_ptr()``; read only when the cheaper conditions hold. A tensor with
@@ -136,7 +140,7 @@ def takes_hopper_forward(triton_version: str, capability: tuple[int, int] | None
         return False
     if sparse_tile is not None and tuple(sparse_tile) != FORWARD_TILE:
         return False
-    if n_k < PINGPONG_MIN_KEYS.get(head_dim, n_k + 1):
+    if n_k < (PINGPONG_MIN_KEYS if sparse_tile is None else SPARSE_PINGPONG_MIN_KEYS).get(head_dim, n_k + 1):
         return False
     if not device_supported(triton_version, capability, dtype, head_dim)[0]:
         return False

@@ -28,9 +28,12 @@ bench --name dense --flex-dynamic --head-dims 32 64 128 --seq-lens "${LENGTHS[@]
   --sparse-layouts none --approx-attentions none
 
 # d = 64, 128 on Hopper: the portable kernel alone, the Hopper kernels (ping-pong forward) and cuDNN
-# beside `ours` (which dispatches; other GPUs: `unsupported` rows)
+# beside `ours` (which dispatches; other GPUs: `unsupported` rows); block-sparse: ours as dispatched
+# beside the portable block-sparse kernel alone
 bench --name hopper --impls ours ours_portable ours_hopper_pp sdpa_cudnn --passes fwd fwd_bwd \
-  --head-dims 64 128 --seq-lens 1k 2k 4k 8k 16k --sparse-layouts none --approx-attentions none
+  --head-dims 64 128 --seq-lens 1k 2k 4k 8k 16k --sparse-impls ours_sparse ours_sparse_portable \
+  --sparse-layouts bigbird local butterfly --sparse-head-dims 64 128 --sparse-seq-lens 1k 2k 4k 8k 16k \
+  --approx-attentions none
 
 # block-sparse vs FlexAttention with the identical block mask, and our dense kernel for the ratio
 bench --name block_sparse --flex-dynamic --impls ours --head-dims 32 64 128 --seq-lens "${LENGTHS[@]}" \

@@ -19,7 +19,9 @@ DENSE_IMPLS = ("ours", "ours_portable", "ours_hopper", "ours_hopper_pp", "ours_h
 # (kernels.hopper_autograd), ours_hopper_pp the same with the forward's ping-pong schedule,
 # ours_hopper_ws that with the warp-specialised dK/dV backward
 OPT_IN_IMPLS = ("ours_portable", "ours_hopper", "ours_hopper_pp", "ours_hopper_ws")
-SPARSE_IMPLS = ("ours_sparse", "flex_sparse")
+# ours_sparse_portable (on request only): kernels.block_sparse_flash_attention with the Hopper forward off
+SPARSE_IMPLS = ("ours_sparse", "ours_sparse_portable", "flex_sparse")
+OPT_IN_SPARSE_IMPLS = ("ours_sparse_portable",)
 PASSES = ("fwd", "bwd", "fwd_bwd")
 # = kernels.layouts.BENCHMARK_LAYOUTS, spelled out so that the CLI parses without importing the kernels
 # (and Triton); tests/kernels/test_bench_report.py keeps the two equal
@@ -71,8 +73,10 @@ def add_arguments(parser: Parser) -> None:
                         help="sequence lengths of the sparse part (default 1k 2k 4k ... 64k)")
     parser.add_argument("--sparse-head-dims", nargs="+", type=int, default=[64, 32], metavar="D",
                         help="head dims of the sparse part (default 64 32)")
-    parser.add_argument("--sparse-impls", nargs="+", choices=SPARSE_IMPLS, default=list(SPARSE_IMPLS),
-                        metavar="IMPL", help=f"block-sparse implementations: {' '.join(SPARSE_IMPLS)} (default: both)")
+    parser.add_argument("--sparse-impls", nargs="+", choices=SPARSE_IMPLS,
+                        default=[i for i in SPARSE_IMPLS if i not in OPT_IN_SPARSE_IMPLS], metavar="IMPL",
+                        help=f"block-sparse implementations: {' '.join(SPARSE_IMPLS)} (default: all but "
+                             f"{' '.join(OPT_IN_SPARSE_IMPLS)})")
     parser.add_argument("--block-size", type=int, default=128, help="layout block size of the sparse part")
     parser.add_argument("--approx-attentions", nargs="+", choices=APPROX + (NONE,), default=list(APPROX),
                         metavar="NAME",

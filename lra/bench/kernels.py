@@ -13,7 +13,8 @@ Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one p
    (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
    FlashAttention papers: B * N = ``--tokens`` (16K), hidden ``--hidden`` (2048) so H = hidden / d.
 2. **sparse** (pattern = layout name): ``ours_sparse`` (kernels.block_sparse_flash_attention with a
-   prebuilt BlockSparseLayout) vs ``flex_sparse`` (FlexAttention with the identical pattern as a
+   prebuilt BlockSparseLayout; on request ``ours_sparse_portable``, the same with the Hopper forward
+   dispatch switched off) vs ``flex_sparse`` (FlexAttention with the identical pattern as a
    BlockMask, kernels.layouts.to_block_mask) for the BigBird / local / butterfly builders of
    kernels.layouts; the block density is recorded; our dense kernel's row of the same shape is the
    dense reference (time(sparse) / time(dense) against 1.25 * density + 0.02).
@@ -107,15 +108,15 @@ def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, 
     return forward
 
 
-def _portable(causal: bool, dropout: float = 0.0):
-    """kernels.flash_attention on the portable kernels only: the Hopper forward dispatch
-    (:func:`kernels.use_hopper_forward`) is off during each call and restored after it."""
+def _portable(attention):
+    """``attention`` (q, k, v -> out, a call of our kernels) on the portable kernels only: the Hopper
+    forward dispatch (:func:`kernels.use_hopper_forward`) is off during each call and restored after it."""
     import kernels
 
     def forward(q, k, v):
         previous = kernels.use_hopper_forward(False)
         try:
-            return kernels.flash_attention(q, k, v, causal=causal, dropout_p=dropout)
+            return attention(q, k, v)
         finally:
             kernels.use_hopper_forward(previous)
     return forward
@@ -394,26 +395,34 @@ def render_markdown(df: pd.DataFrame, meta: dict) -> str:
     sparse = df[~df["pattern"].isin(["dense", "approx"])]
     if not sparse.empty:
         lines += ["## Block-sparse (ms; sparse/dense = ours_sparse ms / ours dense ms; bound = 1.25 x density + 0.02)", ""]
+        portable_too = "ours_sparse_portable" in set(sparse["impl"])
         header = ["layout", "N", "d", "pass", "density", "ours_sparse ms", "flex_sparse ms", "vs flex",
                   "ours dense ms", "sparse/dense", "bound"]
+        if portable_too:
+            header += ["ours_sparse_portable ms", "vs portable"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for (pat, n, d, p), grp in sparse.groupby(["pattern", "seq_len", "head_dim", "pass"], sort=False):
             at = {r["impl"]: r for _, r in grp.iterrows()}
-            ours, flex = at.get("ours_sparse"), at.get("flex_sparse")
+            ours, flex, portable = at.get("ours_sparse"), at.get("flex_sparse"), at.get("ours_sparse_portable")
             dense_row = dense[(dense["impl"] == "ours") & (dense["seq_len"] == n) & (dense["head_dim"] == d)
                               & (dense["pass"] == p) & (dense["status"] == "ok")]
             dens = grp["density"].iloc[0]
             o_ms = ours["ms"] if ours is not None and ours["status"] == "ok" else None
             f_ms = flex["ms"] if flex is not None and flex["status"] == "ok" else None
             d_ms = float(dense_row["ms"].iloc[0]) if not dense_row.empty else None
-            lines.append("| " + " | ".join([
+            cells = [
                 str(pat), f"{n // K}K", str(d), p, f"{dens:.3f}",
                 _fmt(o_ms, 3) if o_ms else (ours["status"] if ours is not None else ""),
                 _fmt(f_ms, 3) if f_ms else (flex["status"] if flex is not None else ""),
                 f"{f_ms / o_ms:.2f}x" if o_ms and f_ms else "",
                 _fmt(d_ms, 3) if d_ms else "",
                 f"{o_ms / d_ms:.3f}" if o_ms and d_ms else "",
-                f"{sparse_time_bound(dens):.3f}"]) + " |")
+                f"{sparse_time_bound(dens):.3f}"]
+            if portable_too:
+                p_ms = portable["ms"] if portable is not None and portable["status"] == "ok" else None
+                cells += [_fmt(p_ms, 3) if p_ms else (portable["status"] if portable is not None else ""),
+                          f"{p_ms / o_ms:.2f}x" if o_ms and p_ms else ""]
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     approx = df[df["pattern"] == "approx"]
     if not approx.empty:
@@ -641,6 +650,9 @@ def run(args) -> int:
                   f"{r['status']:>11} {_fmt(r['ms'], 3):>9} ms {_fmt(r['tflops'], 1):>7} TF/s", flush=True)
             report.flush()
 
+    def dense_call(q, k, v):
+        return kernels.flash_attention(q, k, v, causal=args.causal, dropout_p=args.dropout)
+
     # 1. dense
     for d in args.head_dims:
         H = args.hidden // d
@@ -648,10 +660,9 @@ def run(args) -> int:
             B = max(1, args.tokens // N)
             for impl in dense_impls:
                 if impl == "ours":
-                    factory = lambda: (lambda q, k, v: kernels.flash_attention(  # noqa: E731
-                        q, k, v, causal=args.causal, dropout_p=args.dropout))
+                    factory = lambda: dense_call  # noqa: E731
                 elif impl == "ours_portable":
-                    factory = lambda: _portable(args.causal, args.dropout)  # noqa: E731
+                    factory = lambda: _portable(dense_call)  # noqa: E731
                 elif impl in ("ours_hopper", "ours_hopper_pp", "ours_hopper_ws"):
                     factory = lambda d=d, impl=impl: _hopper(  # noqa: E731
                         args.causal, args.dropout, d, dtype, pingpong=impl != "ours_hopper",
@@ -677,13 +688,17 @@ def run(args) -> int:
                 density = kernels.layouts.density(layout)
                 flop_density = sparse_flop_density(layout, args.causal)  # = density unless causal
                 note = f"block {args.block_size}, {int(layout.sum())} of {nb * nb} blocks"
+                compiled = kernels.BlockSparseLayout.from_dense(layout, args.block_size)
+
+                def sparse_call(q, k, v, compiled=compiled):
+                    return kernels.block_sparse_flash_attention(q, k, v, compiled, block_size=args.block_size,
+                                                                causal=args.causal, dropout_p=args.dropout)
                 if "ours_sparse" in args.sparse_impls:
-                    compiled = kernels.BlockSparseLayout.from_dense(layout, args.block_size)
-                    measure_cell("ours_sparse", lambda compiled=compiled: (
-                        lambda q, k, v: kernels.block_sparse_flash_attention(
-                            q, k, v, compiled, block_size=args.block_size, causal=args.causal,
-                            dropout_p=args.dropout)),
-                        B, H, N, d, name, density, flop_density, note)
+                    measure_cell("ours_sparse", lambda call=sparse_call: call,
+                                 B, H, N, d, name, density, flop_density, note)
+                if "ours_sparse_portable" in args.sparse_impls:
+                    measure_cell("ours_sparse_portable", lambda call=sparse_call: _portable(call),
+                                 B, H, N, d, name, density, flop_density, note)
                 if "flex_sparse" in args.sparse_impls:
                     def flex_factory(layout=layout, N=N):
                         if args.causal:

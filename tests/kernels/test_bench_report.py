@@ -359,30 +359,46 @@ def test_the_warp_specialized_hopper_backward_is_opt_in_and_runs_with_the_pingpo
         bench._hopper(causal=True, pingpong=True, backward_ws=True)
 
 
-def test_ours_portable_is_opt_in_and_runs_with_the_hopper_forward_switched_off(monkeypatch):
-    """`ours_portable` runs on request only; each call is kernels.flash_attention with the Hopper forward
-    dispatch switched off, and the caller's setting comes back after it (also when the call raises)."""
+def test_ours_portable_is_opt_in_and_runs_with_the_hopper_forward_switched_off():
+    """`ours_portable` and `ours_sparse_portable` run on request only; each call is our attention call
+    with the Hopper forward dispatch switched off, and the caller's setting comes back after it (also
+    when the call raises)."""
     import kernels
     from lra.bench import kernels as bench
 
-    assert "ours_portable" not in _parser().parse_args([]).impls
+    args = _parser().parse_args([])
+    assert "ours_portable" not in args.impls and args.sparse_impls == ["ours_sparse", "flex_sparse"]
     assert _parser().parse_args(["--impls", "ours_portable"]).impls == ["ours_portable"]
+    assert _parser().parse_args(["--sparse-impls", "ours_sparse_portable"]).sparse_impls == ["ours_sparse_portable"]
     seen = []
 
-    def spy(q, k, v, causal=False, dropout_p=0.0):
-        seen.append((kernels.kernel_settings()["hopper_forward"], causal, dropout_p))
+    def attention(q, k, v):
+        seen.append(kernels.kernel_settings()["hopper_forward"])
         if q == "raise":
             raise RuntimeError("boom")
         return "out"
 
-    monkeypatch.setattr(kernels, "flash_attention", spy)
     previous = kernels.use_hopper_forward(True)
     try:
-        forward = bench._portable(causal=True, dropout=0.1)
+        forward = bench._portable(attention)
         assert forward("q", "k", "v") == "out"
         with pytest.raises(RuntimeError, match="boom"):
             forward("raise", "k", "v")
-        assert seen == [(False, True, 0.1), (False, True, 0.1)]
+        assert seen == [False, False]
         assert kernels.kernel_settings()["hopper_forward"] is True
     finally:
         kernels.use_hopper_forward(previous)
+
+
+def test_block_sparse_report_shows_the_portable_forward_beside_ours_when_measured():
+    def row(impl, ms):
+        return dict(impl=impl, **{"pass": "fwd"}, seq_len=4096, head_dim=64, batch=4, heads=32, dtype="bf16",
+                    pattern="local", density=0.1, ms=ms, tflops=1.0, extra_mem_gb=0.0, status="ok", note="")
+
+    sparse = [row("ours_sparse", 0.2), row("flex_sparse", 0.4)]
+    md = bench.render_markdown(pd.DataFrame(sparse, columns=bench.COLUMNS), {"settings": {}})
+    assert "vs portable" not in md
+    md = bench.render_markdown(pd.DataFrame(sparse + [row("ours_sparse_portable", 0.25)], columns=bench.COLUMNS),
+                               {"settings": {}})
+    line = next(x for x in md.splitlines() if x.startswith("| local | 4K | 64 | fwd |"))
+    assert line.endswith("| 0.200 | 0.400 | 2.00x |  |  | 0.145 | 0.250 | 1.25x |")

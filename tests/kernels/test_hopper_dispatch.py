@@ -218,15 +218,15 @@ def test_block_sparse_builder_layout_and_packed_input_run_the_hopper_forward(spy
 
 
 @pytest.mark.parametrize("case", ["block-64", "dropout", "head-dim-32", "float32", "switched-off", "d64-1024-keys",
-                                  "sm80", "expanded-kv"])
+                                  "d64-2048-keys", "sm80", "expanded-kv"])
 def test_block_sparse_calls_the_rule_keeps_on_the_portable_forward(spy, case):
-    """Layout blocks under 128, dropout, head dims and dtypes the kernel lacks, d = 64 under 2048 keys,
-    a device other than sm_90, the switch off, broadcast K / V: the portable forward, on the plan of
-    the tiles the call had (sparse_tiles leaves them)."""
-    d = {"head-dim-32": 32, "d64-1024-keys": 64}.get(case, 128)
+    """Layout blocks under 128, dropout, head dims and dtypes the kernel lacks, d = 64 at any key count
+    (the dense call takes it from 2048 keys), a device other than sm_90, the switch off, broadcast K / V:
+    the portable forward, on the plan of the tiles the call had (sparse_tiles leaves them)."""
+    d = 64 if case.startswith("d64") else 32 if case == "head-dim-32" else 128
     dtype = torch.float32 if case == "float32" else torch.bfloat16
     bs = 64 if case == "block-64" else 128
-    n = 1024 if case == "d64-1024-keys" else 256
+    n = {"d64-1024-keys": 1024, "d64-2048-keys": 2048}.get(case, 256)
     q, k, v = (x.detach() for x in _qkv(1, 2, n, n, d, dtype))
     kwargs = {}
     if case == "dropout":
@@ -239,7 +239,7 @@ def test_block_sparse_calls_the_rule_keeps_on_the_portable_forward(spy, case):
         k, v = (x[:1, :1].expand(1, 2, n, d) for x in (k, v))
     tiles = select(q.device, q.dtype, d, bs, dropout=case == "dropout")
     assert hopper_dispatch.sparse_tiles(q, k, v, bs, kwargs.get("dropout_p", 0.0), tiles) is tiles
-    layout = torch.ones(n // bs, n // bs, dtype=torch.bool, device=DEVICE)
+    layout = torch.eye(n // bs, dtype=torch.bool, device=DEVICE)  # local attention: few tiles in the interpreter
     out = block_sparse_flash_attention(q, k, v, layout, block_size=bs, **kwargs)
     assert not spy and out.shape == q.shape
 
@@ -473,8 +473,8 @@ SPARSE_GPU_CASES = {
     "bigbird-128-d128": ("bigbird", 128, 2, 2, 1024, 1024, 128, False, False),
     "bigbird-128-d128-causal-mask": ("bigbird", 128, 2, 2, 1024, 1024, 128, True, True),
     "local-256-ragged-d128-mask": ("local", 256, 2, 2, 1000, 1000, 128, False, True),
-    "butterfly-128-d64-causal": ("butterfly", 128, 1, 2, 2048, 2048, 64, True, False),
-    "butterfly-256-nq-ne-nk-d64-mask": ("butterfly", 256, 2, 2, 1500, 2100, 64, True, True),
+    "butterfly-128-causal": ("butterfly", 128, 1, 2, 2048, 2048, 128, True, False),
+    "butterfly-256-nq-ne-nk-mask": ("butterfly", 256, 2, 2, 1500, 2100, 128, True, True),
     "local-128-nq-gt-nk-d128-causal": ("local", 128, 2, 2, 700, 333, 128, True, False),
 }
 
@@ -510,9 +510,9 @@ def test_block_sparse_public_call_runs_the_hopper_sparse_forward_on_sm90(hopper_
 
 
 @needs_hopper
-@pytest.mark.parametrize("case", ["block-64", "dropout", "d64-1024", "compiled"])
+@pytest.mark.parametrize("case", ["block-64", "dropout", "d64-1024", "d64-4096", "compiled"])
 def test_block_sparse_calls_that_stay_portable_on_sm90(hopper_sparse_calls, case):
-    d, n = (64, 1024) if case == "d64-1024" else (128, 512)
+    d, n = {"d64-1024": (64, 1024), "d64-4096": (64, 4096)}.get(case, (128, 512))
     bs = 64 if case == "block-64" else 128
     q, k, v = _qkv(2, 2, n, n, d, torch.bfloat16, seed=14)
     layout = BlockSparseLayout.from_dense(layouts.local(n // bs, 3, device=DEVICE), bs)

@@ -132,12 +132,16 @@ def test_eager_dense_forward_takes_the_hopper_kernel():
 
 def test_block_sparse_forward_takes_the_hopper_kernel_with_a_plan_for_its_tile():
     """A block-sparse call whose forward plan is made for the Hopper tile (128 x 128) takes the kernel
-    under the dense call's conditions; the head dim / key count rule is the dense one."""
+    under the dense call's conditions, at d = 128 only (SPARSE_PINGPONG_MIN_KEYS)."""
     assert FORWARD_TILE == (128, 128)
-    assert takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE))
-    assert takes_hopper_forward(**dict(TAKES, sparse_tile=[128, 128]))  # the tiles list's ints
-    assert not takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE, n_k=1024))
-    assert not takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE, dropout_p=0.1))
+    d128 = dict(TAKES, head_dim=128, tensors=_tensors(((4 * 4096 * 128, 4096 * 128, 128, 1),) * 4))
+    assert takes_hopper_forward(**dict(d128, sparse_tile=FORWARD_TILE))
+    assert takes_hopper_forward(**dict(d128, sparse_tile=[128, 128]))  # the tiles list's ints
+    assert takes_hopper_forward(**dict(d128, sparse_tile=FORWARD_TILE, n_k=256))
+    assert not takes_hopper_forward(**dict(d128, sparse_tile=FORWARD_TILE, dropout_p=0.1))
+    for n_k in (1024, 4096, 65536):  # d = 64: the portable block-sparse forward at every N_k
+        assert takes_hopper_forward(**dict(TAKES, n_k=n_k)) is (n_k >= 2048)
+        assert not takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE, n_k=n_k))
     assert not takes_hopper_forward(**dict(TAKES, sparse_tile=FORWARD_TILE, head_dim=32))
 
 
