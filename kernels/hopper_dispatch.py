@@ -16,7 +16,8 @@ of the call's tiles. The Hopper forward walks plans made for its own tile
 :func:`sparse_tiles` for the tiles before the plans are looked up: the Hopper tile as the forward
 tile where the Hopper forward will run the call (eager, layout blocks of 128 or 256, and what
 :func:`kernels.hopper_support.takes_hopper_forward` asks of a block-sparse call: d = 128 and a dense
-call's other conditions), the tiles as they were otherwise. The backward's tiles and plans are the same either way.
+call's other conditions), the tiles as they were otherwise. The backward's tiles and plans are the
+same either way.
 """
 from __future__ import annotations
 
