@@ -26,11 +26,11 @@ Backward (:func:`fused_backward`): under dropout it runs in one pass by default,
 style: the dK/dV kernel also computes each query tile's dQ share and adds it into a float32 buffer
 with ``tl.atomic_add``, so the mask is generated and the probabilities recomputed once instead of
 twice (at the LRA head dims the random numbers bound the backward; timings: results/kernels/README.md,
-"Attention dropout 0.1").
+"Reading the grid", the dropout bullet).
 The atomics add in an order that varies from run to run, so dQ is not deterministic in its last bits
 (dK and dV are). Under ``torch.use_deterministic_algorithms(True)`` (Lightning's
-``deterministic=True``), and always without dropout, the two-pass backward runs instead: dK/dV over
-query tiles, then dQ over key tiles, no atomics, bit-reproducible.
+``deterministic=True``), and always without dropout, the two-pass backward runs instead: dQ over key
+tiles first (storing the row terms), then dK/dV over query tiles, no atomics, bit-reproducible.
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 Why: at the LRA model's width (64) PyTorch's LayerNorm CUDA kernels take several times what a
 memory-bound pass needs (a profile of the ``paper`` model's eager training step on an H200, 262,144
 tokens per step: ~400 us per forward call and ~210 us per backward call where ~35 us would do;
-results/models/). The kernels here normalise many rows per program.
+`lra bench models --regimes paper --modes eager --profile DIR` writes that profile). The kernels here
+normalise many rows per program.
 
 Math (per row of width D, in float32 whatever the input dtype)::
 

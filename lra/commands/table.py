@@ -1,4 +1,5 @@
-"""`lra table [record|accuracy|efficiency]`: results tables from run records and model-benchmark CSVs."""
+"""`lra table [record|headline|accuracy|efficiency|steps|kernels]`: results tables from run records and
+benchmark CSVs."""
 from __future__ import annotations
 
 import sys
