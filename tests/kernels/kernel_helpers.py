@@ -22,6 +22,22 @@ def make_qkv(batch, heads, n_q, n_k, d, dtype, *, seed=0, requires_grad=True):
     return tuple(x.to(DEVICE).requires_grad_(requires_grad) for x in (q, k, v))
 
 
+def hopper_inputs(B, H, n_q, n_k, d, dtype, padded, g, *, grad_out=False):
+    """The Hopper kernel tests' inputs on CUDA, drawn in this order from ``g``: q (B, H, n_q, d), k and v
+    (B, H, n_k, d) standard normal in ``dtype``, with ``grad_out`` an incoming gradient like q, and with
+    ``padded`` a key padding mask (about 30 % of the keys; batch entry 0 entirely). Returns (q, k, v,
+    mask), or (q, k, v, grad_out, mask)."""
+    q = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
+    k = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
+    v = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
+    dout = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype) if grad_out else None
+    mask = None
+    if padded:
+        mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
+        mask[0] = True  # a batch entry with every key padded
+    return (q, k, v, dout, mask) if grad_out else (q, k, v, mask)
+
+
 def check_against_reference(fn, q, k, v, *, ref_kwargs=None, tol=None, grad_seed=1, **kwargs):
     """Runs fn(q, k, v, **kwargs), backpropagates a random dO and compares out, dq, dk, dv with the
     float64 reference (ref_kwargs go to attention_reference). Returns the kernel output."""

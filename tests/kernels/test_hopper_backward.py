@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from kernel_helpers import TOL, hopper_skip_reason
+from kernel_helpers import TOL, hopper_inputs, hopper_skip_reason
 from kernel_reference import attention_reference, rel_err
 
 
@@ -30,20 +30,6 @@ def _portable(grad_out, q, k, v, mask, causal, scale):
     grads = launch_args.backward(launch_args.eager, grad_out, None, q, k, v, out, row_stats, mask, None, None, None,
                                  None, None, causal, 0.0, scale, t)
     return out, row_stats, grads
-
-
-def _inputs(dtype, d, causal, padded, B, H, n_q, n_k, g):
-    """(q, k, v, grad_out, mask) of one case: standard normal in ``dtype``, 30 % of the keys padded
-    with batch entry 0 fully padded (``padded``)."""
-    q = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
-    k = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
-    v = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
-    grad_out = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
-    mask = None
-    if padded:
-        mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
-        mask[0] = True  # a batch entry with every key padded
-    return q, k, v, grad_out, mask
 
 
 def _check_against_reference(grads, portable, q, k, v, grad_out, mask, causal, scale):
@@ -81,7 +67,7 @@ def test_hopper_backward_matches_the_reference(dtype, d, causal, padded):
     g = torch.Generator(device="cuda").manual_seed(d + 2 * causal + padded)
     scale = 1 / math.sqrt(d)
     for B, H, n_q, n_k in SHAPES:
-        q, k, v, grad_out, mask = _inputs(dtype, d, causal, padded, B, H, n_q, n_k, g)
+        q, k, v, grad_out, mask = hopper_inputs(B, H, n_q, n_k, d, dtype, padded, g, grad_out=True)
         out, row_stats, portable = _portable(grad_out, q, k, v, mask, causal, scale)
         grads = hopper_backward(grad_out, q, k, v, out, row_stats, mask, causal, scale)
         _check_against_reference(grads, portable, q, k, v, grad_out, mask, causal, scale)
@@ -100,7 +86,7 @@ def test_hopper_backward_warp_specialized_matches_the_reference_and_the_plain_ke
     g = torch.Generator(device="cuda").manual_seed(d + 2 * causal + padded)
     scale = 1 / math.sqrt(d)
     for B, H, n_q, n_k in SHAPES:
-        q, k, v, grad_out, mask = _inputs(dtype, d, causal, padded, B, H, n_q, n_k, g)
+        q, k, v, grad_out, mask = hopper_inputs(B, H, n_q, n_k, d, dtype, padded, g, grad_out=True)
         out, row_stats, portable = _portable(grad_out, q, k, v, mask, causal, scale)
         grads = hopper_backward(grad_out, q, k, v, out, row_stats, mask, causal, scale, warp_specialize=True)
         _check_against_reference(grads, portable, q, k, v, grad_out, mask, causal, scale)

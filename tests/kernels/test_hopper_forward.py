@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from kernel_helpers import hopper_skip_reason
+from kernel_helpers import hopper_inputs, hopper_skip_reason
 from kernel_reference import attention_reference, expand_layout, rel_err
 
 from kernels import BlockSparseLayout, layouts
@@ -40,26 +40,13 @@ def test_hopper_forward_matches_the_reference(warp_specialize, overlap, pingpong
                                  pingpong=pingpong)
 
 
-def _inputs(B, H, n_q, n_k, d, dtype, padded, g):
-    """q (B, H, n_q, d), k and v (B, H, n_k, d) standard normal in ``dtype``, and with ``padded`` a key
-    padding mask (about 30 % of the keys; batch entry 0 entirely), drawn in that order from ``g``."""
-    q = torch.randn(B, H, n_q, d, device="cuda", generator=g).to(dtype)
-    k = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
-    v = torch.randn(B, H, n_k, d, device="cuda", generator=g).to(dtype)
-    mask = None
-    if padded:
-        mask = torch.rand(B, n_k, device="cuda", generator=g) < 0.3
-        mask[0] = True  # a batch entry with every key padded
-    return q, k, v, mask
-
-
 def _check_against_the_reference(d, causal, padded, dtypes, **schedule):
     from kernels.hopper_attention import hopper_forward
 
     g = torch.Generator(device="cuda").manual_seed(d)
     for dtype in dtypes:
         for B, H, n_q, n_k in SHAPES:
-            q, k, v, mask = _inputs(B, H, n_q, n_k, d, dtype, padded, g)
+            q, k, v, mask = hopper_inputs(B, H, n_q, n_k, d, dtype, padded, g)
             out, row_stats = hopper_forward(q, k, v, mask, causal, None, **schedule)
             ref, ref_lse = attention_reference(q, k, v, key_padding_mask=mask, causal=causal,
                                                softmax_scale=1 / math.sqrt(d))
@@ -148,7 +135,7 @@ def test_hopper_sparse_forward_matches_the_reference(case, padded, causal, overl
     layout = sparse_layout(name, bs, H, n_q, n_k)
     allowed = expand_layout(layout, bs, n_q, n_k)
     for dtype in (torch.bfloat16, torch.float16):
-        q, k, v, mask = _inputs(B, H, n_q, n_k, d, dtype, padded, g)
+        q, k, v, mask = hopper_inputs(B, H, n_q, n_k, d, dtype, padded, g)
         out, row_stats = _sparse_forward(q, k, v, mask, causal, layout, bs, overlap)
         ref, ref_lse = attention_reference(q, k, v, key_padding_mask=mask, causal=causal, allowed=allowed,
                                            softmax_scale=1 / math.sqrt(d))
