@@ -688,11 +688,12 @@ def run(args) -> int:
                 density = kernels.layouts.density(layout)
                 flop_density = sparse_flop_density(layout, args.causal)  # = density unless causal
                 note = f"block {args.block_size}, {int(layout.sum())} of {nb * nb} blocks"
-                compiled = kernels.BlockSparseLayout.from_dense(layout, args.block_size)
+                if {"ours_sparse", "ours_sparse_portable"} & set(args.sparse_impls):
+                    compiled = kernels.BlockSparseLayout.from_dense(layout, args.block_size)
 
-                def sparse_call(q, k, v, compiled=compiled):
-                    return kernels.block_sparse_flash_attention(q, k, v, compiled, block_size=args.block_size,
-                                                                causal=args.causal, dropout_p=args.dropout)
+                    def sparse_call(q, k, v, compiled=compiled):
+                        return kernels.block_sparse_flash_attention(q, k, v, compiled, block_size=args.block_size,
+                                                                    causal=args.causal, dropout_p=args.dropout)
                 if "ours_sparse" in args.sparse_impls:
                     measure_cell("ours_sparse", lambda call=sparse_call: call,
                                  B, H, N, d, name, density, flop_density, note)
