@@ -47,7 +47,8 @@ def _variants(quick: bool):
     the hot paths (plain, dropout, block-sparse; aligned shapes) and a ragged everything-on variant
     (with an lse gradient, ``HAS_DLSE``, for the dQ kernel; a kernel gets the flags it takes).
     Flag sets with ``FUSED_DQ`` (the one-pass dropout backward, the default with dropout: dropout
-    aligned, ragged everything-on, block-sparse) apply to the dK/dV kernel only. Every variant uses
+    aligned, ragged everything-on, block-sparse; each also with ``DQ_TMA``, dQ added by TMA
+    reduce-adds) apply to the dK/dV kernel only. Every variant uses
     the tiles the launchers give such a call (``kernels.tiles.select``: the dropout table with
     dropout, the one-pass backward's own dK/dV tiles with ``FUSED_DQ``)."""
 
@@ -68,6 +69,8 @@ def _variants(quick: bool):
         dict(flag_sets[3], HAS_DLSE=False, FUSED_DQ=True),
         dict(even, SPARSE=True, HAS_PAD=True, HAS_DROPOUT=True, FUSED_DQ=True),
     ]
+    # the same with dQ added by TMA reduce-adds (DQ_TMA: eager launches on sm_90)
+    fused_sets += [dict(flags, DQ_TMA=True) for flags in fused_sets]
     dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
     head_dims = [64] if quick else [16, 32, 64, 128]
     torch_dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -153,6 +156,7 @@ def _source(kernel: str, dtype: str, block_m: int, block_n: int, block_d: int, f
     constexprs = {name: value for name, value in constexprs.items() if name in fn.arg_names}
     if kernel == "dkdv":
         constexprs.setdefault("FUSED_DQ", False)
+        constexprs.setdefault("DQ_TMA", False)
     if kernel == "dq":
         constexprs.setdefault("HAS_DLSE", False)
     if "EXACT_P" in fn.arg_names:  # as the launcher chooses it for this dtype
@@ -162,6 +166,8 @@ def _source(kernel: str, dtype: str, block_m: int, block_n: int, block_d: int, f
         constexprs["EXACT_P"] = exact_probabilities({"bf16": torch.bfloat16, "fp16": torch.float16,
                                                      "fp32": torch.float32}[dtype])
     sig = _signature(fn, dtype, constexprs)
+    if constexprs.get("DQ_TMA"):  # the dQ accumulator as a TMA descriptor of (B * H, N_Q, HEAD_DIM)
+        sig["DQ_ACC"] = f"tensordesc<fp32[1, {block_m}, {block_d}]>"
     attrs = None
     aligned = flags["EVEN_M"] and flags["EVEN_N"] and flags["EVEN_D"]
     if aligned:

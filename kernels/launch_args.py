@@ -18,9 +18,11 @@ import functools
 from typing import Callable, Optional
 
 import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import triton_attention as kern
 from .dropout import effective_dropout_p, fused_backward, keep_threshold
+from .hopper_support import cuda_capability
 from .tiles import PassTiles, Tiles, cdiv, padded_head_dim
 
 Tensor = torch.Tensor
@@ -157,12 +159,22 @@ def exact_probabilities(dtype: torch.dtype) -> bool:
     return dtype != torch.bfloat16
 
 
+def dq_by_tma_reduce(q: Tensor, launch: Callable) -> bool:
+    """Whether the one-pass backward's dK/dV kernel adds its dQ shares by TMA reduce-adds (``DQ_TMA``:
+    one bulk operation per tile instead of per-element atomics, fewer registers): an eager launch on
+    an sm_90 or later GPU, with float32 dQ rows a multiple of 16 bytes (head dim divisible by 4), as a
+    TMA descriptor needs. Under torch.compile (``traced``) the per-element atomics stay."""
+    return (launch is eager and q.is_cuda and q.shape[3] % 4 == 0
+            and cuda_capability(q.get_device()) >= (9, 0))
+
+
 def _backward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: int, n_q: int, n_k: int, d: int,
                      causal: bool, has_pad: bool, dropout_p: float, sparse: bool, softmax_scale: float,
-                     fused_dq: bool, has_dlse: bool) -> tuple[tuple, dict, tuple, dict, tuple]:
+                     fused_dq: bool, has_dlse: bool, dq_tma: bool = False) -> tuple[tuple, dict, tuple, dict, tuple]:
     """(grid and keyword arguments of the first launch -- the dQ kernel, or the preprocess kernel of
     the one-pass form --, grid and keyword arguments of the dK/dV launch, the scalar arguments of
-    the dQ and dK/dV launches)."""
+    the dQ and dK/dV launches). ``dq_tma``: the one-pass form adds dQ by TMA reduce-adds
+    (:func:`dq_by_tma_reduce`)."""
     all_tiles = Tiles.from_list(tiles)
     drop_threshold, drop_scale = _dropout_args(dropout_p)
     scalars = (H, n_q, n_k, d, n_k - n_q, softmax_scale * kern.LOG2E, softmax_scale, drop_threshold, drop_scale)
@@ -177,6 +189,8 @@ def _backward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: in
         first = dict(_pass_flags(dtype, cuda, n_q, n_k, d, t), **flags, HAS_DLSE=has_dlse)
     t = all_tiles.dkdv
     dkdv = dict(_pass_flags(dtype, cuda, n_q, n_k, d, t), **flags, FUSED_DQ=fused_dq)
+    if fused_dq and dq_tma:
+        dkdv["DQ_TMA"] = True
     return first_grid, first, _grid(cdiv(n_k, t.block_n), B * H, sparse), dkdv, scalars
 
 
@@ -229,9 +243,10 @@ def backward(launch: Callable, grad_out, grad_row_stats, q, k, v, out, row_stats
     has_pad = key_padding_mask is not None
     has_dlse = grad_row_stats is not None
     sparse = dkdv_indices is not None
+    dq_tma = fused_dq and dq_by_tma_reduce(q, launch)
     first_grid, first, dkdv_grid, dkdv, scalars = (_backward_launch if launch is traced else _backward_launch_cached)(
         tuple(tiles), q.dtype, q.is_cuda, B, H, n_q, n_k, d, causal, has_pad, dropout_p, sparse, softmax_scale,
-        fused_dq, has_dlse)
+        fused_dq, has_dlse, dq_tma)
     stats, dq_acc = backward_buffers(B, H, n_q, d, q.device, fused_dq, dkdv["EXACT_P"])
     if grads is not None:
         dq, dk, dv = grads
@@ -255,8 +270,11 @@ def backward(launch: Callable, grad_out, grad_row_stats, q, k, v, out, row_stats
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *do_strides, *dq.stride(), *pad_strides,
             *_sparse_strides(dq_indices, dq_counts), *scalars, **first,
         )
+    dq_arg = dq_acc if fused_dq else q
+    if dq_tma:  # the accumulator as (B * H, N_Q, d) rows, one (1, BLOCK_M, BLOCK_D) box per reduce-add
+        dq_arg = TensorDescriptor(dq_acc, [B * H, n_q, d], [n_q * d, d, 1], [1, dkdv["BLOCK_M"], dkdv["BLOCK_D"]])
     launch(kern.flash_bwd_dkdv_kernel)[dkdv_grid](
-        q, k, v, grad_out, dk, dv, dq_acc if fused_dq else q, stats, pad, seed_arg,
+        q, k, v, grad_out, dk, dv, dq_arg, stats, pad, seed_arg,
         dkdv_indices if sparse else q, dkdv_counts if sparse else q,
         *q.stride(), *k.stride(), *v.stride(), *do_strides, *dk.stride(), *dv.stride(), *pad_strides,
         *_sparse_strides(dkdv_indices, dkdv_counts), *scalars, **dkdv,

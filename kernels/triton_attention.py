@@ -552,11 +552,13 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, stats_ba
                 drop_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                 SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, dq_ptrs0, key_ok, sm_scale,
-                FUSED_DQ: tl.constexpr, MASK_KEYS: tl.constexpr, EXACT_P: tl.constexpr):
+                FUSED_DQ: tl.constexpr, MASK_KEYS: tl.constexpr, EXACT_P: tl.constexpr, DQ_TMA: tl.constexpr):
     """dK/dV accumulation of one key tile over query tiles [lo, hi) (positions, or list entries).
 
     ``FUSED_DQ``: also add each query tile's dQ share ``dS @ K * sm_scale`` into the float32
-    accumulator at ``dq_ptrs0`` (rows ``offs_m0`` of the head, row stride HEAD_DIM) with atomics;
+    accumulator at ``dq_ptrs0`` (rows ``offs_m0`` of the head, row stride HEAD_DIM) with atomics
+    (``DQ_TMA``: ``dq_ptrs0`` is a (B * H, N_Q, HEAD_DIM) tensor descriptor of the accumulator and
+    each share is one TMA reduce-add of the tile, head ``bh``; rows past N_Q are clipped by TMA);
     ``MASK_KEYS``: first zero dS on the keys that ``key_ok`` rules out (ragged tail, padding): their
     recomputed probabilities are not zero here (the dK/dV rows of those keys are discarded, but
     their dQ share must be dropped). Block-sparse: the next list entry is carried one step ahead, as
@@ -596,7 +598,10 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, stats_ba
             if MASK_KEYS:
                 dsT = tl.where(key_ok[:, None], dsT, 0.0)
             dq = tl.dot(tl.trans(dsT.to(k.dtype)), k, input_precision=DOT_PREC) * sm_scale
-            _atomic_add_tile(dq_ptrs0 + start_m * HEAD_DIM, dq, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
+            if DQ_TMA:
+                dq_ptrs0.atomic_add([bh, start_m, 0], tl.reshape(dq, [1, BLOCK_M, BLOCK_D]))
+            else:
+                _atomic_add_tile(dq_ptrs0 + start_m * HEAD_DIM, dq, rows, N_Q, offs_d, HEAD_DIM, EVEN_M, EVEN_D)
     return dk, dv
 
 
@@ -616,7 +621,7 @@ def flash_bwd_dkdv_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-    FUSED_DQ: tl.constexpr, EXACT_P: tl.constexpr,
+    FUSED_DQ: tl.constexpr, EXACT_P: tl.constexpr, DQ_TMA: tl.constexpr = False,
 ):
     """dK and dV: one program per (key tile, batch * head), looping over query tiles. Reads the query
     rows' backward statistics STATS ([delta, b, m], see :func:`flash_bwd_dq_kernel`), stored by the
@@ -625,8 +630,11 @@ def flash_bwd_dkdv_kernel(
     ``FUSED_DQ`` (the one-pass backward, the default under dropout): the loop also computes
     dQ, adding every (query tile, key tile) share into ``DQ_ACC``, a zero-initialised contiguous
     float32 (B, H, N_Q, HEAD_DIM) buffer, with ``tl.atomic_add`` (the dQ kernel is then not
-    launched); otherwise ``DQ_ACC`` is unused. The order of those float32 additions varies from run
-    to run, so dQ is not deterministic in its last bits; dK and dV are computed exactly as without."""
+    launched); otherwise ``DQ_ACC`` is unused. ``DQ_TMA`` (sm_90 and later): ``DQ_ACC`` is a tensor
+    descriptor of that buffer as (B * H, N_Q, HEAD_DIM), block (1, BLOCK_M, BLOCK_D), and each share
+    is added by one TMA reduce-add instead of per-element atomics. The order of those float32
+    additions varies from run to run, so dQ is not deterministic in its last bits; dK and dV are
+    computed exactly as without."""
     # float scalars: float32 (see flash_fwd_kernel)
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -660,7 +668,10 @@ def flash_bwd_dkdv_kernel(
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     if FUSED_DQ:
-        dq_ptrs0 = DQ_ACC + pid_bh.to(tl.int64) * N_Q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
+        if DQ_TMA:
+            dq_ptrs0 = DQ_ACC
+        else:
+            dq_ptrs0 = DQ_ACC + pid_bh.to(tl.int64) * N_Q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
         # the keys whose dS must stay out of dQ: past N_K, or padding
         key_ok = offs_n < N_K
         if HAS_PAD:
@@ -695,14 +706,14 @@ def flash_bwd_dkdv_kernel(
                          seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                          BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, False, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
                          dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
-                         FUSED_DQ and (HAS_PAD or not EVEN_N), EXACT_P)
+                         FUSED_DQ and (HAS_PAD or not EVEN_N), EXACT_P, DQ_TMA)
     if IS_CAUSAL or SPARSE:
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs0, do_ptrs0, stride_qm, stride_dom, stats_base,
                              idx_base, part_lo, part_hi, start_n, offs_n, offs_m0, offs_d, N_Q, HEAD_DIM,
                              causal_offset, qk_scale, seed, pid_bh, drop_threshold, drop_scale, BLOCK_M,
                              BLOCK_N, BLOCK_D, EVEN_M, EVEN_D, True, IS_CAUSAL, HAS_DROPOUT, SPARSE, DOT_PREC, UPCAST,
                              dq_ptrs0, key_ok, sm_scale, FUSED_DQ,
-                             FUSED_DQ and (HAS_PAD or not EVEN_N), EXACT_P)
+                             FUSED_DQ and (HAS_PAD or not EVEN_N), EXACT_P, DQ_TMA)
     dk = dk * sm_scale
     if HAS_PAD:
         # a padded key gets no probability from any query: its dK and dV are exactly zero

@@ -175,3 +175,68 @@ def test_launchers_choose_the_tiles_of_the_backward_form_that_runs(monkeypatch):
     with deterministic():
         flash_attention(q, k, v, dropout_p=0.1)
     assert asked == [True, True, False, False]
+
+
+class _FakeQ:
+    """What dq_by_tma_reduce reads of q: device kind, index and shape."""
+
+    def __init__(self, is_cuda, d):
+        self.is_cuda, self.shape = is_cuda, (2, 3, 100, d)
+
+    def get_device(self):
+        return 0
+
+
+@pytest.mark.parametrize("is_cuda,d,capability,traced,takes", [
+    (True, 64, (9, 0), False, True), (True, 128, (10, 0), False, True), (True, 48, (9, 0), False, True),
+    (True, 30, (9, 0), False, False),  # 120-byte float32 rows: not a TMA stride
+    (True, 64, (8, 0), False, False), (True, 64, (9, 0), True, False), (False, 64, None, False, False),
+])
+def test_dq_by_tma_reduce_on_sm90_eager_launches_only(monkeypatch, is_cuda, d, capability, traced, takes):
+    from kernels import launch_args
+
+    monkeypatch.setattr(launch_args, "cuda_capability", lambda index: capability)
+    launch = launch_args.traced if traced else launch_args.eager
+    assert launch_args.dq_by_tma_reduce(_FakeQ(is_cuda, d), launch) is takes
+
+
+needs_sm90 = pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)),
+                                reason="needs an sm_90 GPU (TMA reduce-add)")
+
+
+@needs_sm90
+@pytest.mark.parametrize("d", [48, 64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_dq_by_tma_reduce_equals_per_element_atomics(launches, monkeypatch, d, causal):
+    """On sm_90 the one-pass backward adds dQ by TMA reduce-adds: the same dQ as by per-element atomics
+    up to the float32 summation order, against the float64 reference too; ragged N_q (the last query
+    tile clipped at each head's end, not spilling into the next head), three heads, a padded head dim
+    (48: columns past d clipped), key padding."""
+    from kernels import launch_args
+
+    q, k, v = make_qkv(2, 3, 300, 260, d, torch.bfloat16, seed=d)
+    mask = torch.zeros(2, 260, dtype=torch.bool, device=DEVICE)
+    mask[1, 200:] = True
+    kwargs = dict(dropout_p=0.1, causal=causal, key_padding_mask=mask)
+    tma = _grads(flash_attention, q, k, v, seed=9, **kwargs)
+    assert launches["dkdv"].calls[-1].get("DQ_TMA") is True and launches["dq"].calls == []
+    monkeypatch.setattr(launch_args, "dq_by_tma_reduce", lambda q, launch: False)
+    atomics = _grads(flash_attention, q, k, v, seed=9, **kwargs)
+    assert "DQ_TMA" not in launches["dkdv"].calls[-1]
+    for name, a, b in zip(("out", "dq", "dk", "dv"), atomics, tma):
+        if name == "dq":
+            assert rel_err(b, a) < 1e-2 and torch.isfinite(b).all(), name
+        else:
+            assert torch.equal(a, b), name
+    # the one-pass form without dropout (as kernels.dropout.fused_backward would choose it) against the
+    # float64 reference through the public call
+    from kernels import dense
+
+    monkeypatch.undo()
+    monkeypatch.setattr(kern, "flash_bwd_dkdv_kernel", launches["dkdv"])
+    monkeypatch.setattr(kern, "flash_bwd_dq_kernel", launches["dq"])
+    for module in (launch_args, dense):
+        monkeypatch.setattr(module, "fused_backward", lambda p: not torch.are_deterministic_algorithms_enabled())
+    check_against_reference(flash_attention, q, k, v, causal=causal, key_padding_mask=mask,
+                            ref_kwargs=dict(causal=causal, key_padding_mask=mask))
+    assert launches["dkdv"].calls[-1].get("DQ_TMA") is True and launches["dkdv"].calls[-1]["FUSED_DQ"] is True
