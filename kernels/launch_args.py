@@ -188,9 +188,7 @@ def _backward_launch(tiles: tuple, dtype: torch.dtype, cuda: bool, B: int, H: in
         first_grid = _grid(cdiv(n_q, t.block_m), B * H, sparse)
         first = dict(_pass_flags(dtype, cuda, n_q, n_k, d, t), **flags, HAS_DLSE=has_dlse)
     t = all_tiles.dkdv
-    dkdv = dict(_pass_flags(dtype, cuda, n_q, n_k, d, t), **flags, FUSED_DQ=fused_dq)
-    if fused_dq and dq_tma:
-        dkdv["DQ_TMA"] = True
+    dkdv = dict(_pass_flags(dtype, cuda, n_q, n_k, d, t), **flags, FUSED_DQ=fused_dq, DQ_TMA=fused_dq and dq_tma)
     return first_grid, first, _grid(cdiv(n_k, t.block_n), B * H, sparse), dkdv, scalars
 
 

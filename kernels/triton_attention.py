@@ -621,7 +621,7 @@ def flash_bwd_dkdv_kernel(
     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     SPARSE: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
-    FUSED_DQ: tl.constexpr, EXACT_P: tl.constexpr, DQ_TMA: tl.constexpr = False,
+    FUSED_DQ: tl.constexpr, EXACT_P: tl.constexpr, DQ_TMA: tl.constexpr,
 ):
     """dK and dV: one program per (key tile, batch * head), looping over query tiles. Reads the query
     rows' backward statistics STATS ([delta, b, m], see :func:`flash_bwd_dq_kernel`), stored by the
