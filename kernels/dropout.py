@@ -24,13 +24,15 @@ exactly the forward's mask.
 
 Backward (:func:`fused_backward`): under dropout it runs in one pass by default, FlashAttention-2
 style: the dK/dV kernel also computes each query tile's dQ share and adds it into a float32 buffer
-with ``tl.atomic_add``, so the mask is generated and the probabilities recomputed once instead of
+with atomics (on sm_90, TMA reduce-adds of whole tiles: ``kernels.launch_args.dq_by_tma_reduce``),
+so the mask is generated and the probabilities recomputed once instead of
 twice (at the LRA head dims the random numbers bound the backward; timings: results/kernels/README.md,
 "Reading the grid", the dropout bullet).
 The atomics add in an order that varies from run to run, so dQ is not deterministic in its last bits
 (dK and dV are). Under ``torch.use_deterministic_algorithms(True)`` (Lightning's
-``deterministic=True``), and always without dropout, the two-pass backward runs instead: dQ over key
-tiles first (storing the row terms), then dK/dV over query tiles, no atomics, bit-reproducible.
+``deterministic=True``), and without dropout (unless :func:`use_one_pass_backward` says otherwise), the
+two-pass backward runs instead: dQ over key tiles first (storing the row terms), then dK/dV over query
+tiles, no atomics, bit-reproducible.
 """
 from __future__ import annotations
 
@@ -61,11 +63,31 @@ def effective_dropout_p(dropout_p: float) -> float:
     return keep_threshold(dropout_p) / 2**RANDOM_BITS
 
 
+_one_pass_always = False
+
+
+def use_one_pass_backward(enabled: bool) -> bool:
+    """Let calls without dropout take the one-pass backward too (``True``: dQ accumulated by atomics
+    in the dK/dV kernel, not bit-reproducible; ``False``, the default: only calls with dropout take
+    it), process-wide, from the next call on; deterministic algorithms keep the two-pass form either
+    way. Returns the previous setting (to restore it). :func:`kernels.kernel_settings` reports it as
+    ``one_pass_backward``."""
+    global _one_pass_always
+    previous, _one_pass_always = _one_pass_always, bool(enabled)
+    return previous
+
+
+def one_pass_backward_always() -> bool:
+    """The setting of :func:`use_one_pass_backward`."""
+    return _one_pass_always
+
+
 def fused_backward(dropout_p: float) -> bool:
-    """Whether a call with ``dropout_p`` takes the one-pass backward (atomic dQ): dropout on and
-    torch's deterministic algorithms off (see the module docstring). Asked when the call's tiles
-    are chosen (``kernels.tiles.select(fused_bwd=...)``) and again when its backward runs."""
-    return dropout_p > 0.0 and not torch.are_deterministic_algorithms_enabled()
+    """Whether a call with ``dropout_p`` takes the one-pass backward (atomic dQ): dropout on (or
+    :func:`use_one_pass_backward` set) and torch's deterministic algorithms off (see the module
+    docstring). Asked when the call's tiles are chosen (``kernels.tiles.select(fused_bwd=...)``) and
+    again when its backward runs."""
+    return (dropout_p > 0.0 or _one_pass_always) and not torch.are_deterministic_algorithms_enabled()
 
 
 def dropout_keep_mask(q: torch.Tensor, k: torch.Tensor, dropout_p: float, *,

@@ -4,10 +4,11 @@ Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one p
 
 1. **dense** (pattern ``dense``): ``ours`` (kernels.flash_attention, as users call it: on Hopper its
    eager forward may run the Hopper ping-pong kernel, :mod:`kernels.hopper_dispatch`) and, on request
-   only, ``ours_portable`` (the same with that dispatch switched off) and ``ours_hopper`` (the Hopper
-   Gluon kernels through kernels.hopper_autograd, ``unsupported`` off sm_90; ``ours_hopper_pp`` the
-   same with the forward's ping-pong schedule, ``ours_hopper_ws`` that with the warp-specialised dK/dV
-   backward) vs the anchors ``sdpa_flash``,
+   only, ``ours_portable`` (the same with that dispatch switched off), ``ours_one_pass`` (``ours``
+   with the one-pass backward also without dropout, :func:`kernels.use_one_pass_backward`) and
+   ``ours_hopper`` (the Hopper Gluon kernels through kernels.hopper_autograd, ``unsupported`` off
+   sm_90; ``ours_hopper_pp`` the same with the forward's ping-pong schedule, ``ours_hopper_ws`` that
+   with the warp-specialised dK/dV backward) vs the anchors ``sdpa_flash``,
    ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
    torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
    (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
@@ -120,6 +121,22 @@ def _portable(attention):
         finally:
             kernels.use_hopper_forward(previous)
     return forward
+
+
+@contextlib.contextmanager
+def _one_pass_backward(on: bool):
+    """With ``on``, :func:`kernels.use_one_pass_backward` set for the block (a cell's forward and
+    backward both read it) and restored after it."""
+    if not on:
+        yield
+        return
+    import kernels
+
+    previous = kernels.use_one_pass_backward(True)
+    try:
+        yield
+    finally:
+        kernels.use_one_pass_backward(previous)
 
 
 def _softmax(causal: bool, dropout: float = 0.0):
@@ -659,7 +676,7 @@ def run(args) -> int:
         for N in args.seq_lens:
             B = max(1, args.tokens // N)
             for impl in dense_impls:
-                if impl == "ours":
+                if impl in ("ours", "ours_one_pass"):
                     factory = lambda: dense_call  # noqa: E731
                 elif impl == "ours_portable":
                     factory = lambda: _portable(dense_call)  # noqa: E731
@@ -675,7 +692,8 @@ def run(args) -> int:
                         return flex.forward(_causal_block_mask(N, "cuda") if args.causal else None)
                 else:
                     factory = lambda: _softmax(args.causal, args.dropout)  # noqa: E731
-                measure_cell(impl, factory, B, H, N, d, "dense", 1.0, 1.0)
+                with _one_pass_backward(impl == "ours_one_pass"):
+                    measure_cell(impl, factory, B, H, N, d, "dense", 1.0, 1.0)
 
     # 2. block-sparse
     for d in args.sparse_head_dims if layouts_wanted else []:

@@ -402,3 +402,25 @@ def test_block_sparse_report_shows_the_portable_forward_beside_ours_when_measure
                                {"settings": {}})
     line = next(x for x in md.splitlines() if x.startswith("| local | 4K | 64 | fwd |"))
     assert line.endswith("| 0.200 | 0.400 | 2.00x |  |  | 0.145 | 0.250 | 1.25x |")
+
+
+def test_ours_one_pass_is_opt_in_and_measured_with_the_one_pass_backward_on(tmp_path, fake_gpu, monkeypatch):
+    """`ours_one_pass` runs on request only; its cells (forward and backward alike) are measured with
+    kernels.use_one_pass_backward(True), other cells without it, and the setting comes back after."""
+    import kernels
+
+    assert "ours_one_pass" not in _parser().parse_args([]).impls
+    calls, _ = fake_gpu
+    seen = []
+    measure = bench._measure
+
+    def recording(forward, shape, pass_name, *args, **kwargs):
+        seen.append((pass_name, kernels.kernel_settings()["one_pass_backward"]))
+        return measure(forward, shape, pass_name, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "_measure", recording)
+    args = _dense_args(tmp_path, "--impls", "ours", "ours_one_pass", "--seq-lens", "1k", "--passes", "fwd", "bwd")
+    assert bench.run(args) == 0
+    assert seen == [("fwd", False), ("bwd", False), ("fwd", True), ("bwd", True)]
+    assert kernels.kernel_settings()["one_pass_backward"] is False
+    assert list(pd.read_csv(tmp_path / "k.csv")["impl"]) == ["ours", "ours", "ours_one_pass", "ours_one_pass"]

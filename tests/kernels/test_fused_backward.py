@@ -154,6 +154,27 @@ def test_deterministic_algorithms_keep_the_split_backward(launches):
     assert len(launches["dq"].calls) == 1 and launches["dkdv"].calls[0]["FUSED_DQ"] is False
 
 
+def test_use_one_pass_backward_extends_the_one_pass_form_to_calls_without_dropout(launches):
+    """kernels.use_one_pass_backward(True): a call without dropout takes the one-pass form (dQ by
+    atomics, against the float64 reference), deterministic algorithms still keep the two-pass form;
+    the switch returns the previous setting and kernel_settings reports it."""
+    import kernels
+
+    q, k, v = make_qkv(1, 2, 70, 90, 32, torch.float32, seed=38)
+    assert kernels.use_one_pass_backward(True) is False
+    try:
+        assert kernels.kernel_settings()["one_pass_backward"] is True
+        with override(SMALL):
+            check_against_reference(flash_attention, q, k, v, causal=True, ref_kwargs=dict(causal=True))
+            _assert_fused(launches)
+            with deterministic():
+                check_against_reference(flash_attention, q, k, v)
+        assert launches["dkdv"].calls[-1]["FUSED_DQ"] is False and len(launches["dq"].calls) == 1
+    finally:
+        assert kernels.use_one_pass_backward(False) is True
+    assert kernels.kernel_settings()["one_pass_backward"] is False
+
+
 def test_launchers_choose_the_tiles_of_the_backward_form_that_runs(monkeypatch):
     """flash_attention / block_sparse_flash_attention ask kernels.tiles.select for the one-pass form's
     dK/dV tiles exactly when that form will run (dropout, not deterministic)."""
