@@ -94,7 +94,8 @@ def save(fig, out_dir: str | Path, name: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
-    for suffix, kwargs in ((".png", {"dpi": PNG_DPI}), (".pdf", {})):
+    # no creation date in the PDF: the same data gives the same bytes, so regenerated figures diff clean
+    for suffix, kwargs in ((".png", {"dpi": PNG_DPI}), (".pdf", {"metadata": {"CreationDate": None}})):
         path = out_dir / f"{name}{suffix}"
         tmp = path.with_name(f".{path.name}.tmp{suffix}")
         fig.savefig(tmp, **kwargs)
