@@ -147,11 +147,13 @@ _GPU_16BIT_DROPOUT_FUSED_DKDV: dict[int, PassTiles] = {
 }
 # 16-bit block-sparse calls without dropout, replacing _GPU_16BIT's entries before the clamp to the
 # block size: the geometric mean over the local and BigBird layouts at N = 4K and 16K
-# (tune_sparse_combined_d32.json, tune_sparse_combined_d64.json).
+# (tune_sparse_combined_d32.json, tune_sparse_combined_d64.json); d = 128's backward over the local,
+# BigBird and butterfly layouts (results/kernels/tuning_h200/tune_sparse_combined_d128.json).
 _GPU_16BIT_SPARSE: dict[int, Tiles] = {
     16: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(128, 32, 4, 3)),
     32: Tiles(PassTiles(128, 64, 4, 3), PassTiles(64, 128, 4, 3), PassTiles(128, 32, 4, 3)),
     64: Tiles(PassTiles(64, 64, 4, 3), PassTiles(32, 64, 4, 3), PassTiles(128, 64, 4, 3)),
+    128: Tiles(PassTiles(128, 64, 8, 3), PassTiles(32, 64, 4, 3), PassTiles(64, 32, 4, 3)),
 }
 _CPU = Tiles(PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1), PassTiles(128, 128, 1, 1))
 
