@@ -17,7 +17,7 @@ import json, sys
 from kernels.compile_check import loop_copy_waits
 from kernels.tiles import _GPU_16BIT_SPARSE
 out = {}
-for d in (32, 64):
+for d in (32, 64, 128):
     tiles = _GPU_16BIT_SPARSE[d]
     for kernel, t in (("fwd", tiles.fwd), ("dkdv", tiles.dkdv), ("dq", tiles.dq)):
         out[f"{kernel} d={d}"] = [loop_copy_waits(kernel, sparse, t.block_m, t.block_n, d, t.num_warps, t.num_stages)
