@@ -284,9 +284,8 @@ def hopper_attention_bwd_dq_kernel(
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
-    NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
-    NBYTES_KV: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+    NBYTES_Q: gl.constexpr = q_desc.block_type.nbytes
+    NBYTES_KV: gl.constexpr = k_desc.block_type.nbytes
     gl.static_assert(BLOCK_M == 16 * num_warps, "one 16-row wgmma slice per warp along M")
 
     b, h, bh, start_m, full_hi, end = query_tile(H, N_K, causal_offset, BLOCK_M, BLOCK_N, IS_CAUSAL)
@@ -627,9 +626,8 @@ def hopper_attention_bwd_dkdv_kernel(
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    ELEM_BYTES: gl.constexpr = q_desc.dtype.primitive_bitwidth // 8
-    NBYTES_Q: gl.constexpr = BLOCK_M * HEAD_DIM * ELEM_BYTES
-    NBYTES_K: gl.constexpr = BLOCK_N * HEAD_DIM * ELEM_BYTES
+    NBYTES_Q: gl.constexpr = q_desc.block_type.nbytes
+    NBYTES_K: gl.constexpr = k_desc.block_type.nbytes
 
     pid_n = gl.program_id(0)
     bh = gl.program_id(1)
