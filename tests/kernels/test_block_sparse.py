@@ -1,6 +1,8 @@
 """Block-sparse FlashAttention against dense masked attention (float64 reference)."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from kernel_helpers import DEVICE, TOL, check_against_reference, make_qkv
@@ -8,7 +10,7 @@ from kernel_reference import expand_layout, rel_err
 
 from kernels import BlockSparseLayout, block_sparse_flash_attention, flash_attention, layouts
 from kernels.block_sparse import compile_layout
-from kernels.tiles import PassTiles, Tiles, override
+from kernels.tiles import PassTiles, Tiles, override, select
 
 
 def random_layout(shape, density, seed):
@@ -61,6 +63,28 @@ def test_small_tiles_inside_blocks():
     with override(tiles):
         check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs, causal=True,
                                 ref_kwargs=dict(allowed=expand_layout(layout, bs, n, n), causal=True))
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128])
+def test_shipped_gpu_sparse_tiles_against_float64(head_dim):
+    """Each head dim's block-sparse entry of the GPU tile table, forward and backward, against float64:
+    ragged N, causal, a padded key range, 128-blocks (the tiles' shapes unclamped). On the GPU the call
+    is dispatched as users get it, in bf16; on CPU the same tile shapes run through the interpreter."""
+    on_gpu = DEVICE.type == "cuda"
+    n, bs = (1100, 128) if on_gpu else (300, 128)
+    nb = -(-n // bs)
+    layout = random_layout((2, nb, nb), 0.6, seed=head_dim)
+    layout[:, torch.arange(nb), torch.arange(nb)] = True
+    dtype = torch.bfloat16 if on_gpu else torch.float32
+    q, k, v = make_qkv(2, 2, n, n, head_dim, dtype, seed=head_dim)
+    mask = torch.zeros(2, n, dtype=torch.bool, device=DEVICE)
+    mask[1, n - 90:] = True
+    shipped = select(torch.device("cuda"), torch.bfloat16, head_dim, bs)
+    with contextlib.nullcontext() if on_gpu else override(shipped):
+        check_against_reference(block_sparse_flash_attention, q, k, v, layout=layout, block_size=bs, causal=True,
+                                key_padding_mask=mask,
+                                ref_kwargs=dict(allowed=expand_layout(layout, bs, n, n), causal=True,
+                                                key_padding_mask=mask))
 
 
 def test_full_layout_equals_dense_kernel():
@@ -276,7 +300,6 @@ def test_hopper_tile_plans_match_a_reference_built_from_the_layout(case, causal)
     longest first; the backward plans are those of the tiles the call had."""
     from kernels.hopper_dispatch import with_hopper_forward_tile
     from kernels.hopper_support import FORWARD_TILE
-    from kernels.tiles import select
 
     _, layout, bs, n_q, n_k = next(c for c in hopper_layouts() if c[0] == case)
     base = select(torch.device("cuda"), torch.bfloat16, 128, bs)
@@ -302,7 +325,6 @@ def test_hopper_tile_plan_of_a_causal_layout_with_fewer_queries_than_keys():
     """Bottom-right causal with N_q < N_k on the 128 x 128 grid, a hand-checked case: 2 query tiles of
     200 rows against 3 key tiles of 333 keys (offset 133), all blocks on."""
     from kernels.hopper_dispatch import with_hopper_forward_tile
-    from kernels.tiles import select
 
     compiled = BlockSparseLayout.from_dense(torch.ones(2, 3, dtype=torch.bool, device=DEVICE), 128)
     tiles = with_hopper_forward_tile(select(torch.device("cuda"), torch.float16, 64, 128))
