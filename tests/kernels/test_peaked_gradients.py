@@ -71,6 +71,11 @@ def test_peaked_gradient_error_is_no_worse_than_sdpa(dtype, magnitude, d, reques
         f"{name} dq {e[0]:.2e} dk {e[1]:.2e} dv {e[2]:.2e}" for name, e in median.items()))
     for j, grad in enumerate(("dq", "dk", "dv")):
         anchors = {name: median[name][j] for name in BACKENDS}
+        if min(anchors.values()) >= 1.0:
+            # the exact gradient lies below every implementation's 16-bit rounding (on the CPU's
+            # small shapes at x100 the softmax rows are one-hot to within it): errors of 1e4 times
+            # the gradient's norm compare rounding noise, not accuracy
+            continue
         assert median["ours"][j] <= SLACK * min(anchors.values()) + 1e-6, (
             f"{grad}: ours {median['ours'][j]:.3e} vs " + ", ".join(f"{n} {e:.3e}" for n, e in anchors.items()))
 
