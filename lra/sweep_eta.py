@@ -3,17 +3,18 @@
 Runs of one kind (task, length and attention: the cells that differ only by seed) go at one pace;
 kinds do not: `flash` through the CPU interpreter takes minutes where `softmax` takes seconds. So
 each kind's pace comes from its own runs: those that finished (steps trained / seconds taken), or
-while none has, those running (steps done / seconds elapsed). A kind without any such run is given
-the mean pace of the kinds with a finished run (each kind counting once), or while no run has
-finished, of the kinds with a running one. A running run's pace, taken early, is low: its elapsed
-time includes the start of its process.
+while none has, the running ones whose pace has been seen. A kind without any such run is given the
+mean pace of the kinds with a finished run (each kind counting once), or while no run has finished,
+of the kinds with a seen running pace.
 
-A running run has left its remaining steps at its own pace once it has taken a step — the pace
-since its first observed step when the caller has one (its process start and compilation left out:
-a compiled run that has taken one step in its first minute would otherwise look hundreds of times
-slower than it is), else its steps over its elapsed time —, before that its kind's estimated
-duration minus its elapsed time; a queued run takes its kind's estimated duration. The queued runs
-share the slots that the running ones occupy.
+A running run's pace is the one seen since its first observed step (``recent_pace``): its process
+start, data loading and compilation left out, and for a resumed run the steps of its earlier
+segments too. Its steps over its elapsed time are no pace at all: a compiled run that has taken one
+step in its first minute would look thousands of times slower than it is, a resumed run showing
+step 40,000 at once thousands of times faster. So a running run whose pace has not been seen yet
+goes at its kind's pace: its remaining steps once it shows a step, before that its kind's estimated
+duration minus its elapsed time; a queued run takes its kind's estimated duration. The queued runs share the slots that the running
+ones occupy.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ class Run:
     recent_pace: float | None = None
 
 
-def _paces(runs: list[Run]) -> dict[Hashable, float]:
-    """Steps per second of each kind among `runs` that have taken a step."""
+def _finished_paces(runs: list[Run]) -> dict[Hashable, float]:
+    """Steps per second of each kind among finished `runs`: steps trained over seconds taken."""
     steps: dict[Hashable, float] = {}
     seconds: dict[Hashable, float] = {}
     for run in runs:
@@ -45,27 +46,36 @@ def _paces(runs: list[Run]) -> dict[Hashable, float]:
     return {kind: steps[kind] / seconds[kind] for kind in steps}
 
 
+def _running_paces(runs: list[Run]) -> dict[Hashable, float]:
+    """Mean seen pace of each kind among running `runs`."""
+    seen: dict[Hashable, list[float]] = {}
+    for run in runs:
+        if run.recent_pace:
+            seen.setdefault(run.kind, []).append(run.recent_pace)
+    return {kind: sum(paces) / len(paces) for kind, paces in seen.items()}
+
+
 def seconds_left(finished: list[Run], running: list[Run], queued: list[Run], slots: int) -> float | None:
-    """Estimated seconds until the sweep ends; None while nothing tells (no run has taken a step)."""
+    """Estimated seconds until the sweep ends; None while nothing tells (no pace seen yet)."""
     if not (queued or running):
         return 0.0
-    finished_paces, running_paces = _paces(finished), _paces(running)
+    finished_paces, running_paces = _finished_paces(finished), _running_paces(running)
     paces = {**running_paces, **finished_paces}       # a kind's finished runs before its running ones
     known = finished_paces or running_paces
     if not known:
         return None
-    mean_pace = sum(known.values()) / len(known)      # for kinds without a run that has taken a step
+    mean_pace = sum(known.values()) / len(known)      # for kinds without a seen pace
 
     def duration(run: Run) -> float:
         return run.max_steps / paces.get(run.kind, mean_pace)
 
     left = []
     for run in running:
-        if run.step:
-            pace = run.recent_pace or run.step / max(run.elapsed_s, 1e-9)
-            left.append(max(0, run.max_steps - run.step) / pace)
-        else:
+        if run.step is None:
             left.append(max(0.0, duration(run) - run.elapsed_s))
+        else:
+            pace = run.recent_pace or paces.get(run.kind, mean_pace)
+            left.append(max(0, run.max_steps - run.step) / pace)
     left += [duration(run) for run in queued]
     return sum(left) / max(1, slots, len(running))
 

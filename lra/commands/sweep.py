@@ -233,11 +233,17 @@ class _Running:
     def stop(self, outcome) -> None:
         with self.lock:
             self.runs.pop(outcome.run.label, None)
-            self.first_step.pop(outcome.run.label, None)
+            seen = self.first_step.pop(outcome.run.label, None)
             self.ended.add(outcome.run.label)
             if outcome.status != "running":   # a run another process holds says nothing of this sweep's pace
                 steps = (outcome.record or {}).get("steps")
-                self.finished.append(_eta_run(outcome.run, outcome.seconds, steps if isinstance(steps, int) else None))
+                steps = steps if isinstance(steps, int) else None
+                seconds = outcome.seconds
+                if getattr(outcome.run, "state", None) == "resume" and seen and steps is not None and steps > seen[1]:
+                    # a resumed run's record counts its earlier segments' steps: take those seen in this sweep
+                    seen_at, seen_step = seen
+                    steps, seconds = steps - seen_step, time.perf_counter() - seen_at
+                self.finished.append(_eta_run(outcome.run, seconds, steps))
 
     def eta(self) -> str:
         """'ETA 12m30s' for the whole sweep (lra.sweep_eta), 'ETA ?' before anything tells."""

@@ -75,8 +75,11 @@ def test_step_lines_rate_counts_training_time_only_across_a_validation(monkeypat
 
 def test_eta_from_finished_runs_and_step_progress():
     assert seconds_left([], [Run("a", 100, 30.0)], [Run("a", 100)], slots=1) is None   # nothing tells yet
-    # no run finished: a run 1/4 through after 60 s takes 240 s; 180 s left + 2 queued x 240 s
-    assert seconds_left([], [Run("a", 100, 60.0, 25)], [Run("a", 100)] * 2, slots=1) == pytest.approx(660.0)
+    # no run finished: a run at 25 of 100 steps going 1 step per 2.4 s: 180 s left + 2 queued x 240 s
+    assert seconds_left([], [Run("a", 100, 60.0, 25, recent_pace=1 / 2.4)], [Run("a", 100)] * 2,
+                        slots=1) == pytest.approx(660.0)
+    # its pace not seen yet (one look at its log): its steps over its elapsed time tell nothing
+    assert seconds_left([], [Run("a", 100, 60.0, 25)], [Run("a", 100)], slots=1) is None
     # finished runs took 100 s on average; two slots share the work
     assert seconds_left([Run("a", 100, 90.0, 100), Run("a", 100, 110.0, 100)],
                         [Run("a", 100, 50.0, 50), Run("a", 100, 10.0)], [Run("a", 100)] * 2,
@@ -90,7 +93,7 @@ def test_eta_goes_at_each_kinds_own_pace():
     attentions take 10 s each. Their queued runs are not estimated at flash's pace."""
     flash = Run("flash", 300, 170.0, 300)
     # softmax 100 of 300 steps in after 4 s: 8 s left; its second seed 12 s; flash's second seed 170 s
-    running = [Run("softmax", 300, 4.0, 100)]
+    running = [Run("softmax", 300, 4.0, 100, recent_pace=25.0)]
     assert seconds_left([flash], running, [Run("softmax", 300), Run("flash", 300)],
                         slots=1) == pytest.approx(8.0 + 12.0 + 170.0)
     # a finished run of a kind sets its pace; a kind not yet seen goes at the kinds' mean pace
@@ -104,9 +107,10 @@ def test_eta_goes_at_each_kinds_own_pace():
     assert left < 60
     # a running run before its first step: its kind's duration minus its elapsed time
     assert seconds_left([softmax], [Run("softmax", 300, 4.0)], [], slots=1) == pytest.approx(6.0)
-    # the mean pace is that of the finished kinds, not of a run just past its process's start
+    # a run just past its process's start, its pace not seen yet: its remaining steps at its kind's pace
+    # (here the mean of the finished kinds), not at one step per 4 s
     assert seconds_left([flash], [Run("softmax", 300, 4.0, 1)], [Run("performer", 300)],
-                        slots=1) == pytest.approx(299 * 4.0 + 170.0)
+                        slots=1) == pytest.approx(299 * 170 / 300 + 170.0)
 
 
 def test_the_sweep_display_gives_each_task_length_and_attention_its_own_pace(tmp_path):
@@ -132,9 +136,12 @@ def test_the_heartbeat_shows_steps_before_the_first_validation_and_an_eta(tmp_pa
     from lra.cli import main
 
     def slow_run(argv, env, log_path):
-        with open(log_path, "a") as log:
+        with open(log_path, "a") as log:   # two step lines apart in time: the ETA sees a pace
             log.write("training listops/softmax ...\nstep 5/20  loss 2.1000  40 samples/s\n")
-        time.sleep(0.6)
+            log.flush()
+            time.sleep(0.3)
+            log.write("step 6/20  loss 2.0000  40 samples/s\n")
+        time.sleep(0.4)
         return 1
 
     monkeypatch.setattr("lra.sweep._default_runner", slow_run)
@@ -143,7 +150,7 @@ def test_the_heartbeat_shows_steps_before_the_first_validation_and_an_eta(tmp_pa
           "train.max_steps=4", "train.val_check_interval=2", "data.limit_train=16", "data.limit_eval=8"])
     out = capsys.readouterr().out
     running = [line for line in out.splitlines() if line.startswith("[running]")]
-    assert running and "step 5/20  no validation yet" in running[-1], out + capsys.readouterr().err
+    assert running and "step 6/20  no validation yet" in running[-1], out + capsys.readouterr().err
     eta = [line for line in out.splitlines() if line.startswith("[sweep]")]
     assert eta and eta[-1].startswith("[sweep] 0/1 done, ETA ")  and "ETA ?" not in eta[-1]
 
@@ -156,7 +163,7 @@ def test_a_running_runs_eta_uses_its_pace_since_its_first_seen_step(tmp_path, mo
     from lra.sweep_eta import Run, seconds_left
 
     assert seconds_left([], [Run("flash", 62400, 60.0, 1, recent_pace=50.0)], [], slots=1) == pytest.approx(62399 / 50)
-    assert seconds_left([], [Run("flash", 62400, 60.0, 1)], [], slots=1) == pytest.approx(62399 * 60.0)
+    assert seconds_left([], [Run("flash", 62400, 60.0, 1)], [], slots=1) is None      # not 43 days
 
     config = SimpleNamespace(task="pathfinder32", attention="flash", data=SimpleNamespace(seq_len=1024),
                              train=SimpleNamespace(max_steps=62400))
@@ -172,3 +179,25 @@ def test_a_running_runs_eta_uses_its_pace_since_its_first_seen_step(tmp_path, mo
     clock[0] += 10.0
     log.write_text("step 40000/62400  loss 0.2000  16,000 samples/s\nstep 40500/62400  loss 0.2  16,000 samples/s\n")
     assert display.eta() == "ETA 7m18s"       # 21,900 steps left at 50 steps/s
+
+
+def test_a_resumed_run_that_finishes_sets_its_kinds_pace_by_the_steps_it_trained_in_this_sweep(tmp_path, monkeypatch):
+    """Its record counts the steps of its earlier segments too: 62,400 steps in 508 s is not its pace."""
+    from lra.commands import sweep as sweep_cmd
+    from lra.sweep import Outcome
+
+    config = SimpleNamespace(task="pathfinder32", attention="flash", data=SimpleNamespace(seq_len=1024),
+                             train=SimpleNamespace(max_steps=62400))
+    resumed = SimpleNamespace(label="pathfinder32/flash/s0", config=config, state="resume")
+    queued = SimpleNamespace(label="pathfinder32/flash/s1", config=config, state="new")
+    clock = [1000.0]
+    monkeypatch.setattr(sweep_cmd.time, "perf_counter", lambda: clock[0])
+    display = sweep_cmd._Running([resumed, queued], slots=1)
+    log = tmp_path / "train.log"
+    display.start(resumed, log, None)
+    clock[0] += 60.0
+    log.write_text("step 40000/62400  loss 0.2000  16,000 samples/s\n")
+    display.eta()
+    clock[0] += 448.0                          # 22,400 steps at 50 steps/s
+    display.stop(Outcome(resumed, "completed", 508.0, None, {"steps": 62400}))
+    assert display.eta() == "ETA 20m48s"       # the queued seed: 62,400 steps at 50 steps/s
