@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 import time
@@ -248,7 +249,7 @@ class _Running:
     def eta(self) -> str:
         """'ETA 12m30s' for the whole sweep (lra.sweep_eta), 'ETA ?' before anything tells."""
         from lra.run_progress import read_progress
-        from lra.sweep_eta import format_eta, seconds_left
+        from lra.sweep_eta import estimate, format_eta
 
         with self.lock:
             items = list(self.runs.values())
@@ -265,7 +266,7 @@ class _Running:
                 if step > seen_step and now > seen_at:
                     recent = (step - seen_step) / (now - seen_at)
             running.append(_eta_run(run, now - started, step, recent))
-        return format_eta(seconds_left(finished, running, queued, self.slots))
+        return format_eta(estimate(finished, running, queued, self.slots))
 
     def lines(self, short: bool = False) -> list[str]:
         """One line per running run; `short` (for the progress bar's width): task/attention/seed,
@@ -289,11 +290,21 @@ class _Running:
 
 
 def _eta_run(run, elapsed_s: float = 0.0, step: int | None = None, recent_pace: float | None = None):
-    """A planned run as the ETA sees it: runs of one task, length and attention go at one pace."""
+    """A planned run as the ETA sees it: runs of one task, length and attention go at one pace; runs
+    through the Triton interpreter and native ones are groups whose paces say nothing of each other."""
+    from lra.interpreter_cost import runs_through_interpreter
     from lra.sweep_eta import Run
 
     kind = (run.config.task, run.config.data.seq_len, run.config.attention)
-    return Run(kind, run.config.train.max_steps, elapsed_s, step, recent_pace)
+    group = runs_through_interpreter(run.config, _cuda())
+    return Run(kind, run.config.train.max_steps, elapsed_s, step, recent_pace, group)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _every(seconds: float, action, stop: threading.Event) -> threading.Thread:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from lra.run_progress import StepLines, read_progress
-from lra.sweep_eta import Run, format_eta, seconds_left
+from lra.sweep_eta import Estimate, Run, estimate, format_eta
 
 
 def test_read_progress_takes_the_latest_step_of_either_line_and_the_latest_val_acc(tmp_path):
@@ -74,17 +74,17 @@ def test_step_lines_rate_counts_training_time_only_across_a_validation(monkeypat
 
 
 def test_eta_from_finished_runs_and_step_progress():
-    assert seconds_left([], [Run("a", 100, 30.0)], [Run("a", 100)], slots=1) is None   # nothing tells yet
+    assert estimate([], [Run("a", 100, 30.0)], [Run("a", 100)], slots=1) is None   # nothing tells yet
     # no run finished: a run at 25 of 100 steps going 1 step per 2.4 s: 180 s left + 2 queued x 240 s
-    assert seconds_left([], [Run("a", 100, 60.0, 25, recent_pace=1 / 2.4)], [Run("a", 100)] * 2,
-                        slots=1) == pytest.approx(660.0)
+    assert estimate([], [Run("a", 100, 60.0, 25, recent_pace=1 / 2.4)], [Run("a", 100)] * 2,
+                        slots=1).seconds == pytest.approx(660.0)
     # its pace not seen yet (one look at its log): its steps over its elapsed time tell nothing
-    assert seconds_left([], [Run("a", 100, 60.0, 25)], [Run("a", 100)], slots=1) is None
+    assert estimate([], [Run("a", 100, 60.0, 25)], [Run("a", 100)], slots=1) is None
     # finished runs took 100 s on average; two slots share the work
-    assert seconds_left([Run("a", 100, 90.0, 100), Run("a", 100, 110.0, 100)],
+    assert estimate([Run("a", 100, 90.0, 100), Run("a", 100, 110.0, 100)],
                         [Run("a", 100, 50.0, 50), Run("a", 100, 10.0)], [Run("a", 100)] * 2,
-                        slots=2) == pytest.approx((50.0 + 90.0 + 200.0) / 2)
-    assert seconds_left([Run("a", 100, 90.0, 100)], [], [], slots=1) == 0.0
+                        slots=2).seconds == pytest.approx((50.0 + 90.0 + 200.0) / 2)
+    assert estimate([Run("a", 100, 90.0, 100)], [], [], slots=1).seconds == 0.0
     assert format_eta(3725) == "ETA 1h02m" and format_eta(200) == "ETA 3m20s" and format_eta(None) == "ETA ?"
 
 
@@ -94,23 +94,41 @@ def test_eta_goes_at_each_kinds_own_pace():
     flash = Run("flash", 300, 170.0, 300)
     # softmax 100 of 300 steps in after 4 s: 8 s left; its second seed 12 s; flash's second seed 170 s
     running = [Run("softmax", 300, 4.0, 100, recent_pace=25.0)]
-    assert seconds_left([flash], running, [Run("softmax", 300), Run("flash", 300)],
-                        slots=1) == pytest.approx(8.0 + 12.0 + 170.0)
+    assert estimate([flash], running, [Run("softmax", 300), Run("flash", 300)],
+                        slots=1).seconds == pytest.approx(8.0 + 12.0 + 170.0)
     # a finished run of a kind sets its pace; a kind not yet seen goes at the kinds' mean pace
     softmax = Run("softmax", 300, 10.0, 300)
     mean_pace = (300 / 170 + 300 / 10) / 2
-    assert seconds_left([flash, softmax], [], [Run("softmax", 300), Run("performer", 300)],
-                        slots=1) == pytest.approx(10.0 + 300 / mean_pace)
+    assert estimate([flash, softmax], [], [Run("softmax", 300), Run("performer", 300)],
+                        slots=1).seconds == pytest.approx(10.0 + 300 / mean_pace)
     # the three attentions after flash, one finished and two queued: well under a minute, not 6
-    left = seconds_left([flash, softmax], [Run("performer", 300, 2.0)], [Run("linformer", 300), Run("bigbird", 300)],
-                        slots=1)
+    left = estimate([flash, softmax], [Run("performer", 300, 2.0)], [Run("linformer", 300), Run("bigbird", 300)],
+                        slots=1).seconds
     assert left < 60
     # a running run before its first step: its kind's duration minus its elapsed time
-    assert seconds_left([softmax], [Run("softmax", 300, 4.0)], [], slots=1) == pytest.approx(6.0)
+    assert estimate([softmax], [Run("softmax", 300, 4.0)], [], slots=1).seconds == pytest.approx(6.0)
     # a run just past its process's start, its pace not seen yet: its remaining steps at its kind's pace
     # (here the mean of the finished kinds), not at one step per 4 s
-    assert seconds_left([flash], [Run("softmax", 300, 4.0, 1)], [Run("performer", 300)],
-                        slots=1) == pytest.approx(299 * 170 / 300 + 170.0)
+    assert estimate([flash], [Run("softmax", 300, 4.0, 1)], [Run("performer", 300)],
+                        slots=1).seconds == pytest.approx(299 * 170 / 300 + 170.0)
+
+
+def test_paces_of_the_interpreter_say_nothing_of_native_runs_and_back():
+    """The README's CPU sweep starts with `flash` through the interpreter (1.4 steps/s) and queues four
+    native attentions (about 50 steps/s): until one of them is seen, the ETA is flash's remaining time
+    as a lower bound, not 4 x 300 steps at flash's pace."""
+    flash = Run("flash", 300, 110.0, 153, recent_pace=1.4, group="interpreter")
+    native = [Run(name, 300, group="native") for name in ("softmax", "performer", "linformer", "bigbird")]
+    eta = estimate([], [flash], native, slots=1)
+    assert eta == Estimate(pytest.approx(147 / 1.4), at_least=True)
+    assert format_eta(eta) == "ETA > 1m45s"
+    # softmax done in 6 s: the three other native kinds go at its pace, the estimate is whole
+    softmax = Run("softmax", 300, 6.0, 300, group="native")
+    eta = estimate([Run("flash", 300, 225.0, 300, group="interpreter"), softmax], [], native[1:], slots=1)
+    assert eta == Estimate(pytest.approx(18.0)) and format_eta(eta) == "ETA 18s"
+    # and the other way: a queued interpreter run is not estimated at the native pace
+    eta = estimate([softmax], [], [Run("flash", 300, group="interpreter")], slots=1)
+    assert eta.at_least and format_eta(eta) == "ETA ?"
 
 
 def test_the_sweep_display_gives_each_task_length_and_attention_its_own_pace(tmp_path):
@@ -160,10 +178,10 @@ def test_a_running_runs_eta_uses_its_pace_since_its_first_seen_step(tmp_path, mo
     minute of compiling is not a pace of one step per minute, and a resumed run that shows step 40,000
     at once has not trained 40,000 steps since it started."""
     from lra.commands import sweep as sweep_cmd
-    from lra.sweep_eta import Run, seconds_left
+    from lra.sweep_eta import Run, estimate
 
-    assert seconds_left([], [Run("flash", 62400, 60.0, 1, recent_pace=50.0)], [], slots=1) == pytest.approx(62399 / 50)
-    assert seconds_left([], [Run("flash", 62400, 60.0, 1)], [], slots=1) is None      # not 43 days
+    assert estimate([], [Run("flash", 62400, 60.0, 1, recent_pace=50.0)], [], slots=1).seconds == pytest.approx(62399 / 50)
+    assert estimate([], [Run("flash", 62400, 60.0, 1)], [], slots=1) is None      # not 43 days
 
     config = SimpleNamespace(task="pathfinder32", attention="flash", data=SimpleNamespace(seq_len=1024),
                              train=SimpleNamespace(max_steps=62400))
