@@ -86,6 +86,19 @@ class PlannedRun(RunLocation):
     def label(self) -> str:
         return f"{self.task}/{self.attention}/{self.config.run_id()}"
 
+    @property
+    def resumes(self) -> bool:
+        """Will training continue from this run's last checkpoint (an interrupted or failed run)?"""
+        return self.state in ("resume", "retry") and (self.run_dir / "checkpoints" / "last.ckpt").exists()
+
+
+def pending_runs(plan: list[PlannedRun]) -> list[PlannedRun]:
+    """The cells a sweep trains, in the order it starts them: those that resume from a checkpoint
+    first, then the others in plan order. A campaign spread over short allocations so finishes what
+    it has started before it starts new cells, and leaves fewer runs half-trained at each deadline."""
+    todo = [r for r in plan if r.state in ("new", "resume", "retry")]
+    return sorted(todo, key=lambda r: not r.resumes)   # stable: plan order within each group
+
 
 def expand_grid(spec: SweepSpec) -> list[tuple[str, int | None, str, int]]:
     """Every (task, seq_len, attention, seed) cell, in that nesting order."""

@@ -23,8 +23,9 @@ examples:
 
 Before anything starts (local launcher), each task's data is read once per data source: cells whose
 data are missing or corrupt are planned invalid, with the error (a released file's name and line).
-Runs whose completed result.json exists are skipped; interrupted runs resume from last.ckpt;
-failed and OOM runs are recorded and retried on the next sweep (unless --skip-failed).
+Runs whose completed result.json exists are skipped; interrupted runs resume from last.ckpt, and
+runs with a checkpoint start before new ones; failed and OOM runs are recorded and retried on the
+next sweep (unless --skip-failed).
 exit status: 0 every run completed (or was skipped), 1 some run failed or ran out of memory,
 2 bad input, or runs that would take long through the CPU interpreter without --yes (nothing was run).
 """
@@ -129,8 +130,8 @@ def _split_overrides(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lra.sweep import (SlurmOptions, SweepSpec, check_data, describe_outcome, format_plan, plan_sweep,
-                           record_invalid, require_slurm, run_local, run_slurm, was_stopped)
+    from lra.sweep import (SlurmOptions, SweepSpec, check_data, describe_outcome, format_plan, pending_runs,
+                           plan_sweep, record_invalid, require_slurm, run_local, run_slurm, was_stopped)
 
     _split_overrides(args)
     spec = SweepSpec(tasks=args.tasks, attentions=args.attentions,
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         print(refusal, file=sys.stderr)
         return 2
     record_invalid(plan)
-    pending = [r for r in plan if r.state in ("new", "resume", "retry")]
+    pending = pending_runs(plan)
 
     if args.launcher == "slurm":
         opts = SlurmOptions(partition=args.slurm_partition, account=args.slurm_account,

@@ -10,7 +10,8 @@ import pytest
 
 from lra.cli import main
 from lra.records import write_record
-from lra.sweep import SlurmOptions, SweepSpec, expand_grid, plan_sweep, run_local, run_slurm, train_argv
+from lra.sweep import (SlurmOptions, SweepSpec, expand_grid, pending_runs, plan_sweep, run_local, run_slurm,
+                       train_argv)
 
 FAST = ["train.max_steps=4", "train.val_check_interval=2", "train.batch_size=8", "data.limit_train=32",
         "data.limit_eval=16", "train.throughput_warmup_steps=1", "optim.warmup_steps=1"]
@@ -263,6 +264,23 @@ def test_an_interrupted_run_resumes_even_with_skip_failed(tmp_path):
     assert states == [("resume", "interrupted run, resuming from last.ckpt"),
                       ("retry", "interrupted before its first checkpoint, starting again"),
                       ("skipped", "previous run failed (--skip-failed)")]
+
+
+def test_runs_that_resume_from_a_checkpoint_start_before_new_ones(tmp_path):
+    """A campaign over short allocations finishes what it started: with four runs to a GPU and two
+    half-trained ones at the end of the grid, those two take slots first."""
+    spec = _spec(tmp_path, attentions=["softmax", "performer", "linformer", "sdpa"])
+    first = plan_sweep(spec)
+    _interrupted(first[2].run_dir, first[2].config, checkpoint=True)    # linformer: resumes
+    _interrupted(first[1].run_dir, first[1].config, checkpoint=False)   # performer: starts again
+    from lra.train import write_status_record
+
+    write_status_record(first[3].config, "failed", "RuntimeError: boom")   # sdpa: retried from its checkpoint
+    (first[3].run_dir / "checkpoints").mkdir(parents=True)
+    (first[3].run_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
+    plan = plan_sweep(spec)
+    assert [r.attention for r in pending_runs(plan)] == ["linformer", "sdpa", "softmax", "performer"]
+    assert [r.resumes for r in plan] == [False, False, True, True]
 
 
 def test_a_run_stopped_before_it_recorded_itself_counts_as_interrupted(tmp_path):
