@@ -20,9 +20,10 @@ form of the ping-pong kernel (with and without the overlap); it prints registers
 spill stores, those inside loops (``loop-spills``), shared memory and the partitions'
 ``setmaxnreg`` counts. It then compiles the Gluon backward of
 :mod:`kernels.hopper_attention_bwd` (its dQ and dK/dV kernels, the latter also warp-specialised:
-``dkdv-ws``) for the same head dims, dtypes, causal and mask flags, printing ``hopper-bwd`` lines
-with registers, spill stores, the spill stores and loads inside loops (``loop-spills``), shared
-memory and, warp-specialised, the ``setmaxnreg`` counts. It skips, with a one-line reason
+``dkdv-ws``, and one-pass: ``dkdv-1p``, with its preprocess kernel ``pre``) for the same head
+dims, dtypes, causal and mask flags, printing ``hopper-bwd`` lines with registers, spill stores,
+the spill stores and loads inside loops (``loop-spills``), shared memory and, warp-specialised,
+the ``setmaxnreg`` counts. It skips, with a one-line reason
 and exit status 0, under a Triton release that kernel was not written against
 (``kernels.hopper_support``).
 
@@ -408,9 +409,10 @@ def _loop_spills(cubin: bytes) -> int:
 
 
 def _hopper_bwd_source(kernel: str, head_dim: int, dtype: str, causal: bool, pad: bool):
-    """(Gluon source of a Hopper backward kernel -- "dq", "dkdv" or "dkdv-ws" (the dK/dV kernel with
-    ``WARP_SPECIALIZE``) -- as :func:`kernels.hopper_attention_bwd.hopper_backward` launches it, its
-    compile options)."""
+    """(Gluon source of a Hopper backward kernel -- "dq", "dkdv", "dkdv-ws" (the dK/dV kernel with
+    ``WARP_SPECIALIZE``), "dkdv-1p" (with ``ONE_PASS``) or "pre" (the one-pass form's preprocess
+    kernel; causal and pad do not apply) -- as :func:`kernels.hopper_attention_bwd.hopper_backward`
+    launches it, its compile options)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -422,14 +424,22 @@ def _hopper_bwd_source(kernel: str, head_dim: int, dtype: str, causal: bool, pad
         block = [1, 1, rows, head_dim]
         return f"tensordesc<{dtype}{block},{gl.NVMMASharedLayout.get_default_for(block, gl_dtype)!r}>"
 
+    options = {"num_warps": hb.NUM_WARPS}
+    if kernel == "pre":
+        fn = hb.hopper_attention_bwd_preprocess_kernel
+        constexprs = dict(BLOCK_M=hb.DQ_BLOCK_M, HEAD_DIM=head_dim, num_warps=hb.NUM_WARPS)
+        types = dict(O="*" + dtype, DO="*" + dtype, DELTA="*fp32")
+        sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
+        return GluonASTSource(fn, sig, constexprs=constexprs), options
     if kernel == "dq":
         fn = hb.hopper_attention_bwd_dq_kernel
         rows_q, rows_k = hb.DQ_BLOCK_M, hb.DQ_BLOCK_N
         types = dict(dq_desc=descriptor(rows_q), O="*" + dtype, DO="*" + dtype)
     else:
         fn = hb.hopper_attention_bwd_dkdv_kernel
-        rows_q, rows_k = hb.DKV_BLOCK_M, hb.DKV_BLOCK_N
-        types = dict(dk_desc=descriptor(rows_k), dv_desc=descriptor(rows_k))
+        rows_q = hb.ONE_PASS_BLOCK_M[head_dim] if kernel == "dkdv-1p" else hb.DKV_BLOCK_M
+        rows_k = hb.DKV_BLOCK_N
+        types = dict(dk_desc=descriptor(rows_k), dv_desc=descriptor(rows_k), DQ_ACC="*fp32")
     types.update(q_desc=descriptor(rows_q), k_desc=descriptor(rows_k), v_desc=descriptor(rows_k),
                  do_desc=descriptor(rows_q), ROWS="*fp32", DELTA="*fp32", PAD="*i1", qk_scale="fp32",
                  sm_scale="fp32")
@@ -438,9 +448,9 @@ def _hopper_bwd_source(kernel: str, head_dim: int, dtype: str, causal: bool, pad
     from .launch_args import exact_probabilities
     exact = exact_probabilities({"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
     constexprs = dict(STAGES=hb.STAGES, IS_CAUSAL=causal, HAS_PAD=pad, EXACT_P=exact, num_warps=hb.NUM_WARPS)
-    options = {"num_warps": hb.NUM_WARPS}
     if kernel != "dq":
         constexprs["WARP_SPECIALIZE"] = kernel == "dkdv-ws"
+        constexprs["ONE_PASS"] = kernel == "dkdv-1p"
         if kernel == "dkdv-ws":
             options["maxnreg"] = hb.MAXNREG
     sig = {name: "constexpr" if name in constexprs else types.get(name, "i32") for name in fn.arg_names}
@@ -485,8 +495,9 @@ def compile_hopper(jobs: int | None = None):
                  (False, False, False, False), (True, True, True, False), (True, False, True, False),
                  (True, True, True, True), (True, False, True, True)]
     forward = list(itertools.product((64, 128), ("bf16", "fp16"), (False, True), (False, True), schedules))
-    backward = itertools.product(("dq", "dkdv", "dkdv-ws"), (64, 128), ("bf16", "fp16"), (False, True),
-                                 (False, True))
+    backward = list(itertools.product(("dq", "dkdv", "dkdv-ws", "dkdv-1p"), (64, 128), ("bf16", "fp16"),
+                                      (False, True), (False, True)))
+    backward += [("pre", d, dtype, False, False) for d in (64, 128) for dtype in ("bf16", "fp16")]
     jobs_list = [("fwd", v) for v in forward] + [("bwd", v) for v in backward]
     jobs = jobs or min(8, os.cpu_count() or 1)
     if jobs == 1:

@@ -79,6 +79,9 @@ DQ_BLOCK_N = 64  # keys per K/V tile of the dQ ring
 DKV_BLOCK_N = 128  # keys per dK/dV program (wgmma M of the transposed products)
 DKV_BLOCK_M = 64  # query rows per Q/dO tile of the dK/dV ring (wgmma N of S^T, dP^T; K of dK, dV)
 STAGES = 3  # ring depth of both kernels: at d = 128, 160 KiB of shared memory each
+# query rows per Q/dO tile of the one-pass dK/dV kernel, by head dim: dK, dV and the tile's dQ^T share
+# (d x rows, float32) are resident together, so d = 128 takes tiles of 32 rows
+ONE_PASS_BLOCK_M = {64: 64, 128: 32}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,6 +274,18 @@ def _refill_kv(ring, b, h, j, end, STAGES: gl.constexpr, NBYTES_KV: gl.constexpr
 
 
 @gluon.jit
+def hopper_attention_bwd_preprocess_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_om, stride_dob, stride_doh,
+                                           stride_dom, H, N_Q, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+                                           num_warps: gl.constexpr):
+    """delta = rowsum(dO * O) of one (query tile, batch * head) into DELTA (contiguous (B, H, N_Q)
+    float32) for the one-pass dK/dV kernel. Grid (cdiv(N_Q, BLOCK_M), B * H)."""
+    bh = gl.program_id(1)
+    rows, delta = _row_delta(O, DO, (stride_ob, stride_oh, stride_om), (stride_dob, stride_doh, stride_dom), bh // H,
+                             bh % H, gl.program_id(0) * BLOCK_M, N_Q, BLOCK_M, HEAD_DIM, num_warps)
+    gl.store(DELTA + bh.to(gl.int64) * N_Q + rows, delta, mask=rows < N_Q)
+
+
+@gluon.jit
 def hopper_attention_bwd_dq_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, O, DO, ROWS, DELTA, PAD,
     stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom, stride_pb, stride_pn,
@@ -369,17 +384,34 @@ def _release_slot(ring, b, h, first, j, count, STAGES: gl.constexpr, NBYTES_QDO:
 
 
 @gluon.jit
+def _add_dq_share(dqt, dq_base, start_m, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """Adds a query tile's dQ^T share (HEAD_DIM x BLOCK_M, float32) into the float32 dQ sum of its
+    (batch, head) at ``dq_base`` ((rows, HEAD_DIM), rows padded to whole tiles: no mask) by relaxed
+    atomic adds, one per element."""
+    layout: gl.constexpr = dqt.type.layout
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, layout))
+    rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, layout))
+    gl.atomic_add(dq_base + rows.to(gl.int64)[None, :] * HEAD_DIM + dims[:, None], dqt, sem="relaxed")
+
+
+@gluon.jit
 def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, stats_base, delta_base, N_Q,
                 causal_offset,
                 qk_scale, st_zero, STAGES: gl.constexpr, NBYTES_QDO: gl.constexpr, MASKED: gl.constexpr,
-                EXACT_P: gl.constexpr, SELF_LOAD: gl.constexpr, OVERLAP: gl.constexpr):
+                EXACT_P: gl.constexpr, SELF_LOAD: gl.constexpr, OVERLAP: gl.constexpr, one_pass=None,
+                ONE_PASS: gl.constexpr = False):
     """dK/dV accumulation over ring entries [lo, hi): entry j is query tile ``first + j`` in slot
     j % STAGES; entries up to ``count`` are loaded. ``MASKED``: the causal rule (keys past N_K and
     padded keys need none here: their rows are zeroed or clipped at the end). Every wgmma completes
     within its tile; then the slot is released (:func:`_release_slot`). ``OVERLAP``: dP^T is issued
     before dV and waited for alone, so dV's wgmma runs beside dS^T's math (else each wgmma is waited
     for at once). The schedule where :func:`_dkdv_tiles_pipelined` would spill (d = 128) or does
-    not apply (causal)."""
+    not apply (causal). ``ONE_PASS`` (``one_pass`` = (keep: the keys that pass gradient to dQ, in
+    ``keys``' layout; the dS^T buffer in shared memory; the float32 dQ sum of this (batch, head); a
+    zero dQ^T tile)): also each query tile's dQ share, dQ^T = K^T dS^T; dS^T goes through shared
+    memory, which both dK's and dQ^T's wgmmas read; the share is added by :func:`_add_dq_share`
+    (single-partition kernel only: the slot release's barrier also keeps the next tile's dS^T store
+    behind this tile's wgmma)."""
     q_desc, do_desc, q_bufs, do_bufs, ready, empty = ring
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -413,9 +445,25 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
             dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
             dv, dpt, pt_op = warpgroup_mma_wait(0, deps=[dv, dpt, pt_op])
         dst = pt * (dpt - delta[None, :])
-        dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
-        dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
-        dk, dv, dst_op, pt_op = warpgroup_mma_wait(0, deps=[dk, dv, dst_op, pt_op])
+        if ONE_PASS:
+            keep, dst_smem, dq_base, dqt_zero = one_pass
+            # keys past N_K (zero-filled, so P^T is not 0 there) and padded keys give dQ nothing
+            dst = gl.where(keep[:, None], dst, 0.0)
+            # dS^T through shared memory, the A operand of dK and the B operand of dQ^T
+            dst_smem.store(dst.to(q_bufs.dtype))
+            fence_async_shared()
+            cta_barrier()
+            dk = warpgroup_mma(dst_smem, q_tile, dk, is_async=True)
+            dqt = warpgroup_mma(k_tile.permute((1, 0)), dst_smem, dqt_zero, use_acc=False, is_async=True)
+            if OVERLAP:
+                dk, dv, pt_op, dqt = warpgroup_mma_wait(0, deps=[dk, dv, pt_op, dqt])
+            else:
+                dk, dqt = warpgroup_mma_wait(0, deps=[dk, dqt])  # dV completed with dP^T
+            _add_dq_share(dqt, dq_base, start_m, BLOCK_M, HEAD_DIM)
+        else:
+            dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
+            dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
+            dk, dv, dst_op, pt_op = warpgroup_mma_wait(0, deps=[dk, dv, dst_op, pt_op])
         _release_slot(ring, b, h, first, j, count, STAGES, NBYTES_QDO, SELF_LOAD)
     return dk, dv
 
@@ -534,11 +582,12 @@ def _dkdv_producer(descs, bufs, bars, coords, STAGES: gl.constexpr, NBYTES_K: gl
 def _dkdv_consumer(descs, bufs, bars, coords, ranges, ROWS, DELTA, PAD, stride_pb, stride_pn, N_Q, N_K,
                    causal_offset, qk_scale, sm_scale, STAGES: gl.constexpr, NBYTES_K: gl.constexpr,
                    NBYTES_Q: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr,
-                   SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr):
+                   SELF_LOAD: gl.constexpr, NUM_WARPS: gl.constexpr, DQ_ACC=None, ONE_PASS: gl.constexpr = False):
     """The dK/dV of one key tile: the wgmmas and the gradient math over the ring's query tiles, and
     the epilogue (dK, dV through TMA from the K and V buffers). With ``SELF_LOAD`` it also issues
     every load (K, V and the first ``STAGES`` ring entries here, each later entry when a slot is
-    done: no producer partition)."""
+    done: no producer partition). ``ONE_PASS`` (with ``SELF_LOAD``): also every query tile's dQ
+    share into ``DQ_ACC`` (float32 (B * H, N_Q rounded up to whole query tiles, d)), unscaled."""
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc = descs
     k_smem, v_smem, q_bufs, do_bufs = bufs
     kv_bar, ready, empty = bars
@@ -575,10 +624,34 @@ def _dkdv_consumer(descs, bufs, bars, coords, ranges, ROWS, DELTA, PAD, stride_p
         # the keys' padding flags, read before the loops (fewer scalars live across them)
         acc_keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
         key_ok = gl.load(PAD + b.to(gl.int64) * stride_pb + acc_keys * stride_pn, mask=acc_keys < N_K, other=1) == 0
+    one_pass = None
+    if ONE_PASS:
+        gl.static_assert(SELF_LOAD, "the one-pass form runs in the single-partition kernel")
+        # dQ^T (d x BLOCK_M): d along wgmma M, two warpgroups of 64 rows at d = 128; at d = 64 the
+        # warpgroups take half the query columns each
+        DQT_WARPS_M: gl.constexpr = NUM_WARPS if HEAD_DIM >= 16 * NUM_WARPS else 4
+        dqt_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[DQT_WARPS_M, NUM_WARPS // DQT_WARPS_M],
+            instr_shape=[16, BLOCK_M // (NUM_WARPS // DQT_WARPS_M), 16])
+        keep = keys < N_K
+        if HAS_PAD:
+            keep = keep & (gl.load(PAD + b.to(gl.int64) * stride_pb + keys * stride_pn, mask=keys < N_K, other=1) == 0)
+        dst_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_N, BLOCK_M],
+                                             gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], q_desc.dtype))
+        dq_base = DQ_ACC + bh.to(gl.int64) * (gl.cdiv(N_Q, BLOCK_M) * BLOCK_M * HEAD_DIM)
+        one_pass = (keep, dst_smem, dq_base, gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, dqt_layout))
     mbarrier.wait(kv_bar, 0)
     # schedules by what fits the registers (sm_90 compile, `python -m kernels.compile_check --hopper`):
     # the pipelined one spills inside the loop at d = 128, the overlap of dV alone where causal
-    if IS_CAUSAL:
+    if ONE_PASS:
+        if IS_CAUSAL:
+            dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, full_lo - first, count, keys,
+                                 stats_base, delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q,
+                                 True, EXACT_P, SELF_LOAD, False, one_pass, True)
+        dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, full_lo - first, count, count, keys,
+                             stats_base, delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q,
+                             False, EXACT_P, SELF_LOAD, True, one_pass, True)
+    elif IS_CAUSAL:
         dk, dv = _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, 0, full_lo - first, count, keys, stats_base,
                              delta_base, N_Q, causal_offset, qk_scale, st_zero, STAGES, 2 * NBYTES_Q, True, EXACT_P,
                              SELF_LOAD, False)
@@ -613,11 +686,13 @@ def _dkdv_consumer(descs, bufs, bars, coords, ranges, ROWS, DELTA, PAD, stride_p
 @gluon.jit
 def hopper_attention_bwd_dkdv_kernel(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, ROWS, DELTA, PAD, stride_pb, stride_pn,
-    H, N_Q, N_K, causal_offset, qk_scale, sm_scale,
+    H, N_Q, N_K, causal_offset, qk_scale, sm_scale, DQ_ACC,
     STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, HAS_PAD: gl.constexpr, EXACT_P: gl.constexpr,
-    WARP_SPECIALIZE: gl.constexpr, num_warps: gl.constexpr,
+    WARP_SPECIALIZE: gl.constexpr, num_warps: gl.constexpr, ONE_PASS: gl.constexpr = False,
 ):
-    """dK and dV of one (key tile, batch * head); reads the DELTA the dQ kernel stored. Grid
+    """dK and dV of one (key tile, batch * head); reads the DELTA the dQ kernel (``ONE_PASS``: the
+    preprocess kernel) stored. ``ONE_PASS`` (not with ``WARP_SPECIALIZE``) also adds each query
+    tile's dQ share into DQ_ACC (:func:`_dkdv_consumer`). Grid
     (cdiv(N_K, BLOCK_N), B * H). With ``WARP_SPECIALIZE`` a one-warp producer partition
     (:func:`_dkdv_producer`) issues every TMA load and the ``num_warps`` consumer warps
     (:func:`_dkdv_consumer`, the default partition) hand each ring slot back through its "empty"
@@ -668,14 +743,15 @@ def hopper_attention_bwd_dkdv_kernel(
     else:
         _dkdv_consumer((q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc), bufs, bars, (b, h, bh, start_n),
                        (first, full_lo, count), ROWS, DELTA, PAD, stride_pb, stride_pn, N_Q, N_K, causal_offset,
-                       qk_scale, sm_scale, STAGES, NBYTES_K, NBYTES_Q, IS_CAUSAL, HAS_PAD, EXACT_P, True, num_warps)
+                       qk_scale, sm_scale, STAGES, NBYTES_K, NBYTES_Q, IS_CAUSAL, HAS_PAD, EXACT_P, True, num_warps,
+                       DQ_ACC, ONE_PASS)
 
 
 # ---------------------------------------------------------------------------------------------
 # launcher
 # ---------------------------------------------------------------------------------------------
 def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, causal: bool = False,
-                    softmax_scale: float | None = None, warp_specialize: bool = False):
+                    softmax_scale: float | None = None, warp_specialize: bool = False, one_pass: bool = False):
     """(dq, dk, dv), contiguous, in q's dtype: the gradients of softmax(q k^T * scale) v.
 
     q, out, grad_out: (B, H, N_q, d); k, v: (B, H, N_k, d); CUDA tensors on an sm_90 device,
@@ -685,7 +761,10 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
     (:func:`kernels.launch_args.new_row_stats`). key_padding_mask: optional bool (B, N_k), True =
     padding key. causal: bottom-right aligned. softmax_scale: default 1 / sqrt(d), > 0.
     ``warp_specialize=True`` runs the dK/dV kernel with a one-warp TMA producer partition
-    (``WARP_SPECIALIZE``); the gradients are the same bits either way.
+    (``WARP_SPECIALIZE``); the gradients are the same bits either way. ``one_pass=True`` computes
+    dQ in the dK/dV kernel instead of a second pass (``ONE_PASS``: each query tile's share added
+    into a float32 sum by atomic reductions, so dQ's last bits may differ between runs); it runs
+    the single-partition kernel (``warp_specialize=True`` with it: ``ValueError``).
     """
     import torch
     import triton
@@ -714,11 +793,12 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
                         names=("q", "k", "v", "grad_out"))
     if not ok:
         raise ValueError(why)
+    if one_pass and warp_specialize:
+        raise ValueError("one_pass=True runs the single-partition dK/dV kernel: pass warp_specialize=False")
     scale = softmax_scale_of(d, softmax_scale)
 
     out = out if out.stride(-1) == 1 else out.contiguous()  # read with plain loads, d contiguous
     row_stats = row_stats.contiguous()
-    dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     dk = torch.empty((B, H, n_k, d), dtype=q.dtype, device=q.device)
     dv = torch.empty((B, H, n_k, d), dtype=q.dtype, device=q.device)
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
@@ -726,6 +806,10 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
     flags = dict(STAGES=STAGES, IS_CAUSAL=bool(causal), HAS_PAD=key_padding_mask is not None,
                  EXACT_P=exact_probabilities(q.dtype), num_warps=NUM_WARPS)
     causal_offset = n_k - n_q
+    if one_pass:
+        return _one_pass(grad_out, q, k, v, out, row_stats, delta, dk, dv, pad, stride_pb, stride_pn, causal_offset,
+                         scale, flags)
+    dq = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
     hopper_attention_bwd_dq_kernel[(triton.cdiv(n_q, DQ_BLOCK_M), B * H)](
         tma_descriptor(q, DQ_BLOCK_M), tma_descriptor(k, DQ_BLOCK_N), tma_descriptor(v, DQ_BLOCK_N),
         tma_descriptor(grad_out, DQ_BLOCK_M), tma_descriptor(dq, DQ_BLOCK_M), out, grad_out, row_stats, delta, pad,
@@ -735,6 +819,30 @@ def hopper_backward(grad_out, q, k, v, out, row_stats, key_padding_mask=None, ca
     hopper_attention_bwd_dkdv_kernel[(triton.cdiv(n_k, DKV_BLOCK_N), B * H)](
         tma_descriptor(q, DKV_BLOCK_M), tma_descriptor(k, DKV_BLOCK_N), tma_descriptor(v, DKV_BLOCK_N),
         tma_descriptor(grad_out, DKV_BLOCK_M), tma_descriptor(dk, DKV_BLOCK_N), tma_descriptor(dv, DKV_BLOCK_N),
-        row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale,
+        row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, delta,
         WARP_SPECIALIZE=bool(warp_specialize), **flags, **dkdv_options)
+    return dq, dk, dv
+
+
+def _one_pass(grad_out, q, k, v, out, row_stats, delta, dk, dv, pad, stride_pb, stride_pn, causal_offset, scale,
+              flags):
+    """:func:`hopper_backward`'s ``one_pass`` launches (inputs validated there): delta by the
+    preprocess kernel, then the one-pass dK/dV kernel with a zeroed float32 dQ sum, which is scaled
+    and cast to dQ at the end."""
+    import torch
+    import triton
+
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    block_m = ONE_PASS_BLOCK_M[d]
+    hopper_attention_bwd_preprocess_kernel[(triton.cdiv(n_q, DQ_BLOCK_M), B * H)](
+        out, grad_out, delta, out.stride(0), out.stride(1), out.stride(2), grad_out.stride(0), grad_out.stride(1),
+        grad_out.stride(2), H, n_q, BLOCK_M=DQ_BLOCK_M, HEAD_DIM=d, num_warps=NUM_WARPS)
+    dq_sum = torch.zeros((B * H, triton.cdiv(n_q, block_m) * block_m, d), dtype=torch.float32, device=q.device)
+    hopper_attention_bwd_dkdv_kernel[(triton.cdiv(n_k, DKV_BLOCK_N), B * H)](
+        tma_descriptor(q, block_m), tma_descriptor(k, DKV_BLOCK_N), tma_descriptor(v, DKV_BLOCK_N),
+        tma_descriptor(grad_out, block_m), tma_descriptor(dk, DKV_BLOCK_N), tma_descriptor(dv, DKV_BLOCK_N),
+        row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, dq_sum,
+        WARP_SPECIALIZE=False, ONE_PASS=True, **flags)
+    dq = (dq_sum[:, :n_q].view(B, H, n_q, d) * scale).to(q.dtype)
     return dq, dk, dv

@@ -13,13 +13,13 @@ from lra.commands.parser import Parser, seq_len
 
 K = 1024
 DENSE_IMPLS = ("ours", "ours_portable", "ours_one_pass", "ours_hopper", "ours_hopper_pp", "ours_hopper_ws",
-               "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
+               "ours_hopper_1p", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "softmax")
 # on request only: ours_portable is kernels.flash_attention with the Hopper forward switched off
 # (kernels.use_hopper_forward(False)); ours_one_pass the same with the one-pass backward without dropout
 # too (kernels.use_one_pass_backward(True)); ours_hopper runs both Hopper Gluon kernels
 # (kernels.hopper_autograd), ours_hopper_pp the same with the forward's ping-pong schedule,
-# ours_hopper_ws that with the warp-specialised dK/dV backward
-OPT_IN_IMPLS = ("ours_portable", "ours_one_pass", "ours_hopper", "ours_hopper_pp", "ours_hopper_ws")
+# ours_hopper_ws that with the warp-specialised dK/dV backward, ours_hopper_1p with the one-pass backward
+OPT_IN_IMPLS = ("ours_portable", "ours_one_pass", "ours_hopper", "ours_hopper_pp", "ours_hopper_ws", "ours_hopper_1p")
 # ours_sparse_portable (on request only): kernels.block_sparse_flash_attention with the Hopper forward off
 SPARSE_IMPLS = ("ours_sparse", "ours_sparse_portable", "flex_sparse")
 OPT_IN_SPARSE_IMPLS = ("ours_sparse_portable",)

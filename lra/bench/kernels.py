@@ -8,10 +8,11 @@ Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one p
    with the one-pass backward also without dropout, :func:`kernels.use_one_pass_backward`) and
    ``ours_hopper`` (the Hopper Gluon kernels through kernels.hopper_autograd, ``unsupported`` off
    sm_90; ``ours_hopper_pp`` the same with the forward's ping-pong schedule, ``ours_hopper_ws`` that
-   with the warp-specialised dK/dV backward) vs the anchors ``sdpa_flash``,
-   ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention pinned to one back-end with
-   torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd FlexAttention, no mask) and ``softmax``
-   (materialised softmax(QK^T)V in the input dtype, softmax in float32). Shapes follow the
+   with the warp-specialised dK/dV backward, ``ours_hopper_1p`` with the one-pass backward) vs the
+   anchors ``sdpa_flash``, ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention
+   pinned to one back-end with torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd
+   FlexAttention, no mask) and ``softmax`` (materialised softmax(QK^T)V in the input dtype, softmax
+   in float32). Shapes follow the
    FlashAttention papers: B * N = ``--tokens`` (16K), hidden ``--hidden`` (2048) so H = hidden / d.
 2. **sparse** (pattern = layout name): ``ours_sparse`` (kernels.block_sparse_flash_attention with a
    prebuilt BlockSparseLayout; on request ``ours_sparse_portable``, the same with the Hopper forward
@@ -84,10 +85,11 @@ def _sdpa(backend_name: str, causal: bool, dropout: float = 0.0):
 
 
 def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, pingpong: bool = False,
-            backward_ws: bool = False):
+            backward_ws: bool = False, backward_one_pass: bool = False):
     """The Hopper Gluon kernels (``kernels.hopper_autograd``: forward and backward; ``pingpong``:
     the forward's ping-pong schedule; ``backward_ws``: the warp-specialised dK/dV kernel, as
-    ``ours_hopper_ws`` with ``pingpong``); ``Unsupported`` off Hopper, with a Triton release they were
+    ``ours_hopper_ws`` with ``pingpong``; ``backward_one_pass``: the one-pass backward, as
+    ``ours_hopper_1p``); ``Unsupported`` off Hopper, with a Triton release they were
     not built for and with dropout (checked once per cell, outside the timed calls: the cell's inputs are fresh contiguous tensors,
     which TMA accepts)."""
     import torch
@@ -95,7 +97,8 @@ def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, 
 
     from kernels.hopper_support import supported
 
-    name = "ours_hopper_ws" if backward_ws else "ours_hopper_pp" if pingpong else "ours_hopper"
+    name = ("ours_hopper_1p" if backward_one_pass else "ours_hopper_ws" if backward_ws else
+            "ours_hopper_pp" if pingpong else "ours_hopper")
     if dropout > 0.0:
         raise Unsupported(f"{name}: no dropout")
     ok, why = supported(triton.__version__, torch.cuda.get_device_capability(), dtype or torch.bfloat16, head_dim)
@@ -105,7 +108,7 @@ def _hopper(causal: bool, dropout: float = 0.0, head_dim: int = 64, dtype=None, 
 
     def forward(q, k, v):
         return hopper_flash_attention(q, k, v, causal=causal, pingpong=pingpong,
-                                      backward_warp_specialize=backward_ws)
+                                      backward_warp_specialize=backward_ws, backward_one_pass=backward_one_pass)
     return forward
 
 
@@ -680,10 +683,10 @@ def run(args) -> int:
                     factory = lambda: dense_call  # noqa: E731
                 elif impl == "ours_portable":
                     factory = lambda: _portable(dense_call)  # noqa: E731
-                elif impl in ("ours_hopper", "ours_hopper_pp", "ours_hopper_ws"):
+                elif impl in ("ours_hopper", "ours_hopper_pp", "ours_hopper_ws", "ours_hopper_1p"):
                     factory = lambda d=d, impl=impl: _hopper(  # noqa: E731
                         args.causal, args.dropout, d, dtype, pingpong=impl != "ours_hopper",
-                        backward_ws=impl == "ours_hopper_ws")
+                        backward_ws=impl == "ours_hopper_ws", backward_one_pass=impl == "ours_hopper_1p")
                 elif impl.startswith("sdpa"):
                     factory = lambda impl=impl: _sdpa(impl, args.causal, args.dropout)  # noqa: E731
                 elif impl == "flex":

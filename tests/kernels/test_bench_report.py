@@ -331,10 +331,12 @@ def test_the_hopper_pingpong_forward_is_opt_in_and_unsupported_off_hopper(monkey
         bench._hopper(causal=True, pingpong=True)
 
 
-def test_the_warp_specialized_hopper_backward_is_opt_in_and_runs_with_the_pingpong_forward(monkeypatch):
-    """`ours_hopper_ws` (the ping-pong forward with the warp-specialised dK/dV backward) runs on
-    request only, calls the Hopper kernels with both schedules, and its cells are `unsupported`
-    under its own name with dropout, off sm_90 or with a Triton it was not built for."""
+@pytest.mark.parametrize("impl,option", [("ours_hopper_ws", "backward_ws"), ("ours_hopper_1p", "backward_one_pass")])
+def test_the_hopper_backward_forms_are_opt_in_and_run_with_the_pingpong_forward(monkeypatch, impl, option):
+    """`ours_hopper_ws` (the ping-pong forward with the warp-specialised dK/dV backward) and
+    `ours_hopper_1p` (with the one-pass backward) run on request only, call the Hopper kernels with
+    the ping-pong forward and their backward form, and their cells are `unsupported` under their own
+    name with dropout, off sm_90 or with a Triton they were not built for."""
     import sys
     import types
 
@@ -342,21 +344,22 @@ def test_the_warp_specialized_hopper_backward_is_opt_in_and_runs_with_the_pingpo
 
     from lra.bench import kernels as bench
 
-    assert "ours_hopper_ws" not in _parser().parse_args([]).impls
-    assert _parser().parse_args(["--impls", "ours_hopper_ws"]).impls == ["ours_hopper_ws"]
-    with pytest.raises(bench.Unsupported, match="ours_hopper_ws: no dropout"):
-        bench._hopper(causal=False, dropout=0.1, pingpong=True, backward_ws=True)
+    assert impl not in _parser().parse_args([]).impls
+    assert _parser().parse_args(["--impls", impl]).impls == [impl]
+    with pytest.raises(bench.Unsupported, match=f"{impl}: no dropout"):
+        bench._hopper(causal=False, dropout=0.1, pingpong=True, **{option: True})
     seen = []
     monkeypatch.setitem(sys.modules, "kernels.hopper_autograd", types.SimpleNamespace(
         hopper_flash_attention=lambda q, k, v, **kw: seen.append(kw) or "out"))
     monkeypatch.setattr("kernels.hopper_support.supported", lambda *a, **kw: (True, ""))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert bench._hopper(causal=True, pingpong=True, backward_ws=True)("q", "k", "v") == "out"
-    assert seen == [dict(causal=True, pingpong=True, backward_warp_specialize=True)]
+    assert bench._hopper(causal=True, pingpong=True, **{option: True})("q", "k", "v") == "out"
+    assert seen == [dict(causal=True, pingpong=True, backward_warp_specialize=option == "backward_ws",
+                         backward_one_pass=option == "backward_one_pass")]
     monkeypatch.undo()
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    with pytest.raises(bench.Unsupported, match="ours_hopper_ws: .*(sm_90|Triton)"):
-        bench._hopper(causal=True, pingpong=True, backward_ws=True)
+    with pytest.raises(bench.Unsupported, match=f"{impl}: .*(sm_90|Triton)"):
+        bench._hopper(causal=True, pingpong=True, **{option: True})
 
 
 def test_ours_portable_is_opt_in_and_runs_with_the_hopper_forward_switched_off():

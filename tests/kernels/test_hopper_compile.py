@@ -14,9 +14,9 @@ import pytest
 # head dims 64, 128 x bf16, fp16 x causal on / off x mask on / off x (warp-specialised, single-partition,
 # ping-pong or block-sparse ping-pong) x (softmax overlapped with the previous PV or not)
 N_VARIANTS = 128
-# the backward's dQ, dK/dV and warp-specialised dK/dV kernels x head dims 64, 128 x bf16, fp16 x causal
-# on / off x mask on / off
-N_BWD_VARIANTS = 48
+# the backward's dQ, dK/dV, warp-specialised and one-pass dK/dV kernels x head dims 64, 128 x bf16, fp16 x
+# causal on / off x mask on / off, and the one-pass form's preprocess kernel x head dims x dtypes
+N_BWD_VARIANTS = 68
 
 
 @pytest.mark.slow  # 176 ptxas compiles, one at a time (one core, like any other test of the run): ~8 min
@@ -63,11 +63,18 @@ def test_hopper_gluon_kernels_compile_for_sm90():
     bwd = [line for line in proc.stdout.splitlines() if line.startswith("hopper-bwd ")]
     assert len(bwd) == N_BWD_VARIANTS and all(" ok " in line for line in bwd), proc.stdout
     assert sum(" dkdv-ws " in line for line in bwd) == 16
+    assert sum(" dkdv-1p " in line for line in bwd) == 16 and sum("    pre " in line for line in bwd) == 4
     import triton
     tight_ws = triton.__version__.split("+")[0] != "3.6.0"
     for line in bwd:
         spills = int(re.search(r"spill-stores:(\d+)", line)[1])
         loop_spills = int(re.search(r"loop-spills:(\d+)", line)[1])
+        if " dkdv-1p " in line and "d=128" in line and not tight_ws:
+            # the one-pass kernel holds dK, dV and a query tile's dQ^T share at once: Triton 3.9 fits
+            # d = 128 in 234-250 registers without spills, Triton 3.6 runs short (bf16 non-causal: 3
+            # stores, 1 in the loop; fp16 11 / 11; causal up to 40 / 37)
+            assert spills <= 40 and loop_spills <= 40, line
+            continue
         if tight_ws and " dkdv-ws " in line and "d=128" in line:
             assert spills <= 20 and loop_spills <= 16, line
             continue
