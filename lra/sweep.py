@@ -81,15 +81,11 @@ class PlannedRun(RunLocation):
     config: RunConfig
     state: str
     reason: str = ""
+    resumes: bool = False   # training continues from the run's last checkpoint (seen when planned)
 
     @property
     def label(self) -> str:
         return f"{self.task}/{self.attention}/{self.config.run_id()}"
-
-    @property
-    def resumes(self) -> bool:
-        """Will training continue from this run's last checkpoint (an interrupted or failed run)?"""
-        return self.state in ("resume", "retry") and (self.run_dir / "checkpoints" / "last.ckpt").exists()
 
 
 def pending_runs(plan: list[PlannedRun]) -> list[PlannedRun]:
@@ -144,7 +140,8 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
         seen.add(config.run_dir())
         if state != "invalid":
             state, reason = _classify(config.run_dir(), spec.skip_failed)
-        plan.append(PlannedRun(task, attention, seq_len, seed, config, state, reason))
+        resumes = state in ("resume", "retry") and _last_checkpoint(config.run_dir()).exists()
+        plan.append(PlannedRun(task, attention, seq_len, seed, config, state, reason, resumes))
     return plan
 
 
@@ -173,12 +170,17 @@ def check_data(plan: list[PlannedRun]) -> None:
             run.state, run.reason = "invalid", problems[key]
 
 
+def _last_checkpoint(run_dir: Path) -> Path:
+    """The checkpoint an interrupted run resumes from (lra.checkpoints: CHECKPOINT_DIR / LAST)."""
+    return run_dir / "checkpoints" / "last.ckpt"
+
+
 def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:
     held_by = run_lock.holder(run_dir)
     if held_by is not None:
         return "running", f"{ELSEWHERE} ({held_by})"
     record_path = run_dir / RECORD_NAME
-    last = run_dir / "checkpoints" / "last.ckpt"
+    last = _last_checkpoint(run_dir)
     status = error = None
     if record_path.exists():
         try:

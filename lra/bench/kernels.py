@@ -12,8 +12,8 @@ Three parts, one CSV (columns in docs/interfaces.md), one Markdown report, one p
    anchors ``sdpa_flash``, ``sdpa_cudnn``, ``sdpa_efficient`` (F.scaled_dot_product_attention
    pinned to one back-end with torch.nn.attention.sdpa_kernel), ``flex`` (torch.compile'd
    FlexAttention, no mask) and ``softmax`` (materialised softmax(QK^T)V in the input dtype, softmax
-   in float32). Shapes follow the
-   FlashAttention papers: B * N = ``--tokens`` (16K), hidden ``--hidden`` (2048) so H = hidden / d.
+   in float32). Shapes follow the FlashAttention papers: B * N = ``--tokens`` (16K), hidden
+   ``--hidden`` (2048) so H = hidden / d.
 2. **sparse** (pattern = layout name): ``ours_sparse`` (kernels.block_sparse_flash_attention with a
    prebuilt BlockSparseLayout; on request ``ours_sparse_portable``, the same with the Hopper forward
    dispatch switched off) vs ``flex_sparse`` (FlexAttention with the identical pattern as a

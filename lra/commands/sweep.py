@@ -241,7 +241,7 @@ class _Running:
                 steps = (outcome.record or {}).get("steps")
                 steps = steps if isinstance(steps, int) else None
                 seconds = outcome.seconds
-                if getattr(outcome.run, "state", None) == "resume" and seen and steps is not None and steps > seen[1]:
+                if getattr(outcome.run, "resumes", False) and seen and steps is not None and steps > seen[1]:
                     # a resumed run's record counts its earlier segments' steps: take those seen in this sweep
                     seen_at, seen_step = seen
                     steps, seconds = steps - seen_step, time.perf_counter() - seen_at

@@ -206,8 +206,8 @@ def test_a_resumed_run_that_finishes_sets_its_kinds_pace_by_the_steps_it_trained
 
     config = SimpleNamespace(task="pathfinder32", attention="flash", data=SimpleNamespace(seq_len=1024),
                              train=SimpleNamespace(max_steps=62400))
-    resumed = SimpleNamespace(label="pathfinder32/flash/s0", config=config, state="resume")
-    queued = SimpleNamespace(label="pathfinder32/flash/s1", config=config, state="new")
+    resumed = SimpleNamespace(label="pathfinder32/flash/s0", config=config, resumes=True)
+    queued = SimpleNamespace(label="pathfinder32/flash/s1", config=config, resumes=False)
     clock = [1000.0]
     monkeypatch.setattr(sweep_cmd.time, "perf_counter", lambda: clock[0])
     display = sweep_cmd._Running([resumed, queued], slots=1)
