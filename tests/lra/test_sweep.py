@@ -266,6 +266,29 @@ def test_an_interrupted_run_resumes_even_with_skip_failed(tmp_path):
                       ("skipped", "previous run failed (--skip-failed)")]
 
 
+def test_the_plan_says_how_far_each_recorded_run_got(tmp_path):
+    """A campaign spread over many allocations: the plan says where each run stopped (its step of
+    the schedule and best validation accuracy) and what a finished one scored."""
+    spec = _spec(tmp_path, attentions=["softmax", "performer", "linformer", "sdpa"])
+    first = plan_sweep(spec)
+    shared = {"config": {"train": {"max_steps": 62400}}, "best_val_acc": 0.82165}
+    records = [{"status": "interrupted", "error": "interrupted ($LRA_STOP_AT deadline reached at step 50763)",
+                "steps": 50763},
+               {"status": "completed", "steps": 62400, "test_acc": 0.8237},
+               {"status": "diverged", "steps": 812},
+               {"status": "running", "steps": 100}]   # its trainer died: the step is stale
+    for run, fields in zip(first, records):
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        write_record(run.run_dir / "result.json", {"task": "listops", "attention": run.attention, **shared, **fields})
+        (run.run_dir / "checkpoints").mkdir()
+        (run.run_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
+    assert [(p.state, p.reason) for p in plan_sweep(spec)] == [
+        ("resume", "interrupted at step 50,763 of 62,400, best val 82.2 %, resuming from last.ckpt"),
+        ("done", "completed record exists: test 82.4 %"),
+        ("retry", "previous run diverged at step 812 of 62,400, best val 82.2 %, resuming from last.ckpt"),
+        ("resume", "interrupted run, resuming from last.ckpt")]
+
+
 def test_runs_that_resume_from_a_checkpoint_start_before_new_ones(tmp_path):
     """A campaign over short allocations finishes what it started: with four runs to a GPU and two
     half-trained ones at the end of the grid, those two take slots first."""
