@@ -331,22 +331,26 @@ def _run_with_progress(plan, spec, pending, parallel, gpus, run_local, describe_
     interactive = sys.stdout.isatty()
     if not interactive:
         finished = [0]
+        printing = threading.Lock()  # a heartbeat's lines and count describe one moment: no run ends between them
 
         def on_start(run, log_path, gpu):
-            running.start(run, log_path, gpu)
-            print(f"[start] {run.label}  (log: {log_path})", flush=True)
+            with printing:
+                running.start(run, log_path, gpu)
+                print(f"[start] {run.label}  (log: {log_path})", flush=True)
 
         def on_done(outcome):
-            running.stop(outcome)
-            finished[0] += 1
-            print(f"[{finished[0]}/{len(pending)}] {describe_outcome(outcome)}", flush=True)
+            with printing:
+                running.stop(outcome)
+                finished[0] += 1
+                print(f"[{finished[0]}/{len(pending)}] {describe_outcome(outcome)}", flush=True)
 
         def heartbeat():
-            lines = running.lines()
-            for line in lines:
-                print(f"[running] {line}", flush=True)
-            if lines:
-                print(f"[sweep] {finished[0]}/{len(pending)} done, {running.eta()}", flush=True)
+            with printing:
+                lines = running.lines()
+                for line in lines:
+                    print(f"[running] {line}", flush=True)
+                if lines:
+                    print(f"[sweep] {finished[0]}/{len(pending)} done, {running.eta()}", flush=True)
 
         if heartbeat_s > 0:
             _every(heartbeat_s, heartbeat, stop)
