@@ -136,7 +136,8 @@ class TfdsCifar(DataSource):
 
     def prepare(self) -> None:
         self.require()
-        tfds_source.prepare("cifar10", self.data_dir)
+        tfds_source.prepare("cifar10", self.data_dir, otherwise=(
+            f"put cifar-10-batches-py/ ({release.CIFAR10_URL}) under {self.data_dir}"))
 
     def load(self, split: str) -> PixelSplit:
         self.require()

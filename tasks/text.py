@@ -151,7 +151,8 @@ class TfdsImdb(_ImdbSource):
                 f"aclImdb/ folder ({release.IMDB_URL}) under {self.data_dir}")
 
     def _fetch(self) -> None:
-        tfds_source.prepare("imdb_reviews", self.data_dir)
+        tfds_source.prepare("imdb_reviews", self.data_dir, otherwise=(
+            f"put the Stanford aclImdb/ folder ({release.IMDB_URL}) under {self.data_dir}"))
 
     def _key(self) -> dict:
         return {"tfds": "imdb_reviews", "tfds_dir": tfds_source.tfds_dir(self.data_dir)}
