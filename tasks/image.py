@@ -134,16 +134,18 @@ class TfdsCifar(DataSource):
         return (f"CIFAR-10 through tfds needs tensorflow-datasets: {release.TFDS_HINT}; or put "
                 f"cifar-10-batches-py/ ({release.CIFAR10_URL}) under {self.data_dir}")
 
+    def _elsewhere(self) -> str:
+        return f"put cifar-10-batches-py/ ({release.CIFAR10_URL}) under {self.data_dir}"
+
     def prepare(self) -> None:
         self.require()
-        tfds_source.prepare("cifar10", self.data_dir, otherwise=(
-            f"put cifar-10-batches-py/ ({release.CIFAR10_URL}) under {self.data_dir}"))
+        tfds_source.prepare("cifar10", self.data_dir, self._elsewhere())
 
     def load(self, split: str) -> PixelSplit:
         self.require()
         images, labels = [], []
         for i, ex in enumerate(tfds_source.examples("cifar10", "test" if split == "test" else "train",
-                                                    self.data_dir)):
+                                                    self.data_dir, self._elsewhere())):
             img = np.asarray(ex["image"])
             if img.shape != (32, 32, 3):
                 raise ValueError(f"tfds cifar10 example {i}: image shape {img.shape}, expected (32, 32, 3)")

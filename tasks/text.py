@@ -150,16 +150,18 @@ class TfdsImdb(_ImdbSource):
         return (f"IMDB through tfds needs tensorflow-datasets: {release.TFDS_HINT}; or put the Stanford "
                 f"aclImdb/ folder ({release.IMDB_URL}) under {self.data_dir}")
 
+    def _elsewhere(self) -> str:
+        return f"put the Stanford aclImdb/ folder ({release.IMDB_URL}) under {self.data_dir}"
+
     def _fetch(self) -> None:
-        tfds_source.prepare("imdb_reviews", self.data_dir, otherwise=(
-            f"put the Stanford aclImdb/ folder ({release.IMDB_URL}) under {self.data_dir}"))
+        tfds_source.prepare("imdb_reviews", self.data_dir, self._elsewhere())
 
     def _key(self) -> dict:
         return {"tfds": "imdb_reviews", "tfds_dir": tfds_source.tfds_dir(self.data_dir)}
 
     def _rows(self, split):
         count = 0
-        for i, ex in enumerate(tfds_source.examples("imdb_reviews", split, self.data_dir)):
+        for i, ex in enumerate(tfds_source.examples("imdb_reviews", split, self.data_dir, self._elsewhere())):
             text = ex["text"]
             data = text if isinstance(text, bytes) else str(text).encode("utf-8")
             label = int(ex["label"])

@@ -83,10 +83,12 @@ def prepare(name: str, data_dir: Path, otherwise: str = "") -> None:
                                 f"{how}.") from err
 
 
-def examples(name: str, split: str, data_dir: Path) -> Iterator[dict]:
-    """The examples of `name[split]` as dicts of numpy values, in the stored order."""
+def examples(name: str, split: str, data_dir: Path, otherwise: str = "") -> Iterator[dict]:
+    """The examples of `name[split]` as dicts of numpy values, in the stored order; the data set is
+    prepared first (:func:`prepare`, with ``otherwise``), reading never downloads."""
     tfds = require()
-    kwargs = {"split": split, "data_dir": tfds_dir(data_dir)}
+    prepare(name, data_dir, otherwise)
+    kwargs = {"split": split, "data_dir": tfds_dir(data_dir), "download": False}
     if hasattr(tfds, "data_source"):
         try:
             source = tfds.data_source(name, **kwargs)

@@ -101,3 +101,14 @@ def test_lra_train_on_text_without_data_or_network_fails_at_once_with_the_fix(em
     err = capsys.readouterr().err
     assert code == 2, err
     assert "ai.stanford.edu cannot be reached from here" in err and "aclImdb/" in err and "Traceback" not in err
+
+
+def test_reading_never_downloads(empty_data_dir, no_download, monkeypatch, capsys):
+    """Readers that skip the DataModule's prepare step (`lra data check`, `lra eval`) go through the same
+    check: tfds's own readers download by default."""
+    monkeypatch.setattr(tfds_source, "unreachable", lambda host, port: NO_NAME)
+    with pytest.raises(FileNotFoundError, match="www.cs.toronto.edu cannot be reached"):
+        next(tfds_source.examples("cifar10", "train", empty_data_dir))
+    code = main(["data", "check", "image", "--source", "tfds", "--data-dir", str(empty_data_dir)])
+    err = capsys.readouterr().err
+    assert code != 0 and "www.cs.toronto.edu cannot be reached" in err and "cifar-10-batches-py/" in err, err
