@@ -40,6 +40,7 @@ import math
 import os
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -646,7 +647,15 @@ def run(args) -> int:
     from lra import provenance
     from lra.table import format_rate, format_seq_len
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.device is None and not torch.cuda.is_available():
+        # the defaults (every attention, 1K-16K at 256K tokens per batch) would run for days on a CPU,
+        # flash and flash_sparse through the Triton interpreter
+        print("lra bench models: no CUDA GPU here (torch.cuda.is_available() is False); model-step timings are "
+              "meant for the GPU. To time on this CPU anyway pass --device cpu with a small grid, e.g. --device cpu "
+              "--seq-lens 256 --regimes small --attentions softmax sdpa performer linformer bigbird "
+              "(flash and flash_sparse run through the Triton interpreter here: minutes per step)", file=sys.stderr)
+        return 2
+    device = torch.device(args.device or "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
     if device.type not in ("cuda", "cpu"):

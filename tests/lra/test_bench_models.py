@@ -67,6 +67,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a CUDA GPU")
+def test_without_a_gpu_it_asks_for_device_cpu_and_a_small_grid_before_any_work(tmp_path, capsys):
+    out = tmp_path / "bench" / "models.csv"
+    assert models.run(parse("--out", out)) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA GPU here" in err and "--device cpu --seq-lens 256 --regimes small" in err
+    assert not out.parent.exists()   # nothing written
+
+
 def test_tiny_cpu_run_writes_valid_records(tmp_path, monkeypatch, one_thread):
     out = tmp_path / "bench" / "models.csv"
     attentions = ["softmax", "sdpa", "performer", "bigbird"]
