@@ -202,6 +202,21 @@ def data_key(config: RunConfig) -> tuple:
             c.data.seq_len, c.train.batch_size, c.train.limit_val_batches, c.seed)
 
 
+def count_without_data(stage: PlannedStage) -> bool:
+    """Fix the stage's length from the split sizes its data source knows without the data (a
+    generator's counts; :meth:`tasks.base.DataSource.planned_split_sizes`): True when it could, the
+    validation batches per evaluation then in `stage.val_batches`."""
+    config = stage.config
+    sizes = build_datamodule(config, resolve_runtime(config)).source.planned_split_sizes()
+    if not sizes:
+        return False
+    fix_length(stage, sizes["train"])
+    batches = math.ceil(sizes["val"] / config.train.batch_size)
+    limit = config.train.limit_val_batches
+    stage.val_batches = min(batches, limit) if limit else batches
+    return True
+
+
 def prepare_stage_data(stage: PlannedStage) -> tuple[int, int]:
     """Generate / check the stage's data and count its splits: (training examples, training batches
     on one device); the validation batches per evaluation go to `stage.val_batches`."""

@@ -238,6 +238,11 @@ class DataSource(ABC):
         their names and sizes. Part of every run id (`lra.config.RunConfig.data_identity`)."""
         return {"source": self.kind, "reader": type(self).__name__}
 
+    def planned_split_sizes(self) -> dict[str, int] | None:
+        """The examples per split ('train', 'val', 'test') this source will serve, when known without
+        reading or making the data (a generator's counts); None when only the data can tell."""
+        return None
+
     def content_hash(self) -> str | None:
         """A hash of the bytes `load` reads once prepared (`tasks.cache.content_hash`); None when the
         source cannot tell (e.g. data held by tfds)."""

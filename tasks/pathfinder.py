@@ -333,6 +333,9 @@ class GeneratedPathfinder(DataSource):
                                                    "params": {**params, "seed": self.seed,
                                                               "counts": dataclasses.asdict(self.counts)}}}
 
+    def planned_split_sizes(self) -> dict[str, int]:
+        return dataclasses.asdict(self.counts)
+
     def content_hash(self) -> str | None:
         target = self.folder()
         return cache.entry_hash(target) if cache.is_complete(target) else None

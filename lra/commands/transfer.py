@@ -139,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
         for stage in stages:
             if stage.config.task in sizes:
                 transfer_chain.fix_length(stage, sizes[stage.config.task])
+            else:   # generated data: its counts are known before it is made
+                transfer_chain.count_without_data(stage)
         missing = sorted({s.config.task for s in stages if s.steps_per_epoch is None})
         if args.estimate_cost and missing:
             _count_by_preparing(stages, missing)

@@ -528,6 +528,25 @@ def test_cli_plan_cost_and_bad_input(tmp_path, capsys):
     assert out.count(f"--data-dir '{tmp_path / 'my data'}'") == 3 and "runs-measure" in out
 
 
+def test_the_cost_of_generated_data_is_estimated_from_its_counts_without_making_it(tmp_path, capsys):
+    """Generated data's split sizes are the generator's counts: --estimate-cost and --dry-run use them and
+    write no image (they generated 819 MB of Pathfinder-64 images to count them)."""
+    from lra.cli import main
+
+    data, runs = tmp_path / "data", str(tmp_path / "runs")
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--data-dir", str(data), "--estimate-cost",
+                 "--step-ms", "pretrain=36", "--step-ms", "finetune=90", "--step-ms", "finetune2=90"]) == 0
+    captured = capsys.readouterr()
+    assert "counting the training splits" not in captured.err
+    total = [line for line in captured.out.splitlines() if line.startswith("| total")][0]
+    # the same figures as with --train-examples pathfinder64=160000 pathx=160000 (the paper's 80/10/10 split)
+    expected = (125_000 * (36 + 90 + 90) + 200 * 79 * (36 + 90 + 90) / 3) / 3.6e6
+    assert f"{expected:.3g}" in total
+    assert main(["transfer", "--target", "pathx", "--runs-dir", runs, "--data-dir", str(data), "--dry-run"]) == 0
+    assert "200 epochs x 625 = 125,000 steps" in capsys.readouterr().out
+    assert not data.exists()
+
+
 def test_lra_train_init_from_upsamples_and_refuses_mismatch(tmp_path, capsys):
     """`lra train --init-from CKPT`: a 16x16 checkpoint of the smoke model starts a 32x32 run (grid
     factor 2, recorded in the run config); a checkpoint of another vocabulary is one clear error."""
