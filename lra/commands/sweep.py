@@ -88,13 +88,27 @@ def add_parser(sub) -> None:
 
 
 def _gpu_list(args) -> list[str] | None:
-    if args.gpus is not None:
-        return list(args.gpus)
     import torch
 
+    if args.gpus is not None:
+        if not torch.cuda.is_available():
+            raise ValueError(f"--gpus {' '.join(args.gpus)}: no CUDA GPU is visible here (torch.cuda.is_available() "
+                             "is False); leave --gpus out to train on the CPU")
+        return list(args.gpus)
     if torch.cuda.is_available():
         return [str(i) for i in range(torch.cuda.device_count())]
     return None  # CPU: nothing to pin
+
+
+def _local_gpus(args) -> list[str] | None:
+    """The GPUs the local launcher pins runs to (None on the CPU), checked against --parallel and
+    --runs-per-gpu before anything is planned."""
+    gpus = _gpu_list(args)
+    if gpus is not None and args.parallel > len(gpus):
+        raise ValueError(f"--parallel {args.parallel} needs {args.parallel} GPUs; visible: {','.join(gpus)}")
+    if gpus is None and args.runs_per_gpu > 1:
+        raise ValueError(f"--runs-per-gpu {args.runs_per_gpu}: no GPU is visible; on the CPU use --parallel K")
+    return gpus
 
 
 def _split_overrides(args: argparse.Namespace) -> None:
@@ -153,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--heartbeat must be >= 0 seconds (0: off), got {args.heartbeat}")
     if args.launcher == "slurm" and not (args.no_submit or args.dry_run):
         require_slurm()
+    gpus = _local_gpus(args) if args.launcher == "local" else None
     plan = plan_sweep(spec)
     refusal = _long_on_this_machine(plan) if args.launcher == "local" else None
     if args.launcher == "local" and not args.dry_run and not (refusal and not args.yes):
@@ -177,11 +192,6 @@ def run(args: argparse.Namespace) -> int:
         run_slurm(plan, spec, opts)
         return 0
 
-    gpus = _gpu_list(args)
-    if gpus is not None and args.parallel > len(gpus):
-        raise ValueError(f"--parallel {args.parallel} needs {args.parallel} GPUs; visible: {','.join(gpus)}")
-    if gpus is None and args.runs_per_gpu > 1:
-        raise ValueError(f"--runs-per-gpu {args.runs_per_gpu}: no GPU is visible; on the CPU use --parallel K")
     deadline = time.time() + 60 * args.budget_minutes if args.budget_minutes is not None else None
     start = time.perf_counter()
     outcomes = _run_with_progress(plan, spec, pending, args.parallel, gpus, run_local, describe_outcome,
