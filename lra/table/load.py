@@ -37,10 +37,10 @@ from lra.table.variants import variants
 # Columns the tables read from run records (missing ones are added as empty).
 RECORD_COLUMNS = ("run_id", "task", "attention", "seq_len", "seed", "preset", "status", "error", "test_acc",
                   "best_val_acc", "train_tokens_per_s", "train_samples_per_s", "step_time_ms", "peak_mem_gb",
-                  "wall_time_s", "time_to_best_s", "steps", "batch_size", "device", "precision", "compile",
-                  "created", "path", "config", "val_acc_curve")
+                  "wall_time_s", "time_to_best_s", "steps", "batch_size", "device", "devices", "precision",
+                  "compile", "created", "path", "config", "val_acc_curve")
 NUMERIC_COLUMNS = ("test_acc", "best_val_acc", "train_tokens_per_s", "train_samples_per_s", "step_time_ms",
-                   "peak_mem_gb", "wall_time_s", "time_to_best_s", "steps", "batch_size")
+                   "peak_mem_gb", "wall_time_s", "time_to_best_s", "steps", "batch_size", "devices")
 RECORD_MEM_UNIT_BYTES = 2**30   # the unit of a run record's peak_mem_gb (lra.callbacks.GIB)
 # The derived columns (and their dtypes, for an empty frame).
 DERIVED_COLUMNS = {"variant": object, "data_id": object, "data_source": object, "data_description": object,

@@ -1,6 +1,7 @@
 """How a cell of runs departs from the paper's setting: another preset, settings overridden from
 their preset, augmentation, generated instead of official data, a subset of the data, another
-sequence length, fewer optimizer steps than the preset's `max_steps`, a CPU run. The table of record
+sequence length, fewer optimizer steps than the preset's `max_steps`, several devices (data-parallel:
+a larger global batch), a CPU run. The table of record
 prints these beside the numbers, and compares with the paper only runs of the `paper` preset on a GPU."""
 from __future__ import annotations
 
@@ -101,6 +102,10 @@ def deviations(cell: pd.DataFrame) -> list[str]:
         if limits:
             out.append(f"first {'/'.join(f'{v:,}' for v in limits)} {what} examples")
     out += _short_training(runs, resolved)
+    if "devices" in runs:   # data-parallel: each device takes a batch, the optimizer sees them all
+        several = runs[runs["devices"] > 1]
+        shapes = sorted({(int(n), int(b)) for n, b in zip(several["devices"], several["batch_size"].fillna(0))})
+        out += [f"{n} devices (global batch {n} × {b})" if b else f"{n} devices" for n, b in shapes]
     if runs["on_cpu"].any():
         out.append("CPU")
     return out

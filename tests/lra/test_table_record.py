@@ -120,6 +120,20 @@ def test_runs_on_different_data_are_two_rows(tmp_path, published):
     assert sorted(accuracy[accuracy["task"] == "listops"]["n"]) == [1, 2]
 
 
+def test_runs_on_several_devices_say_so_in_their_row(tmp_path, published):
+    """A data-parallel run's optimizer sees one batch per device: its own row, which names the devices
+    and the global batch (two rows with the same setting text were indistinguishable)."""
+    ddp = config()
+    ddp["train"]["devices"] = 2
+    write(tmp_path, "listops", "flash", 0, 0.36)
+    write(tmp_path, "listops", "flash", 0, 0.38, cfg=ddp, devices=2, run_id="paper-n2000-s0-ddp2")
+    summary = summary_of(tmp_path, published)
+    rows = summary[(summary["task"] == "listops") & (summary["attention"] == "flash")]
+    assert len(rows) == 2
+    with_devices = [setting for setting in rows["setting"] if "2 devices (global batch 2 × 32)" in setting]
+    assert len(with_devices) == 1, list(rows["setting"])
+
+
 def test_only_runs_alone_on_their_gpu_give_speed(tmp_path, published):
     write(tmp_path, "listops", "softmax", 0, 0.36, tokens=1000.0, step_ms=30.0)
     write(tmp_path, "listops", "flash", 0, 0.37, tokens=3000.0, step_ms=10.0)
