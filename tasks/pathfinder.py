@@ -265,6 +265,13 @@ class GeneratedPathfinder(DataSource):
         c = self.counts
         return self.parent / f"{self.prefix}n{c.train}-{c.val}-{c.test}"
 
+    def other_sets(self) -> list[tuple[Path, dict]]:
+        """The complete caches of these generator parameters and seed other than :meth:`folder`'s
+        (e.g. a small set made with `lra data generate --n`), with their counts per split."""
+        wanted = self.folder()
+        return [(entry, cache.read_meta(entry).get("counts", {}))
+                for entry in cache.complete_entries(self.parent, self.prefix) if entry != wanted]
+
     def prepare(self, progress: bool | None = None, force: bool = False) -> Path:
         target = self.folder()
         if cache.is_complete(target) and not force:

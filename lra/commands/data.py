@@ -143,6 +143,10 @@ def _check(args) -> int:
         if not cache.is_complete(src.folder()):
             print(f"  not generated yet: the first training run makes it (prepare_data), or run "
                   f"`lra data generate {args.task} --data-dir {src.data_dir}`")
+            for folder, counts in getattr(src, "other_sets", list)():
+                train, val, test = (counts.get(split, 0) for split in ("train", "val", "test"))
+                print(f"  a smaller set is there, {train}/{val}/{test} in {folder}: runs read it with "
+                      f"data.limit_train={train} data.limit_eval={min(val, test)}")
             return 0
     dm.setup()
     for split in ("train", "val", "test"):

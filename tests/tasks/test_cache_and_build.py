@@ -120,7 +120,10 @@ def test_cli_generate_and_check(tmp_path, capsys):
                  "--min-len", "10", "--max-len", "60", "--workers", "1", "--data-dir", str(tmp_path)]) == 0
     assert "30/5/5 examples" in capsys.readouterr().out
     assert _cli(["data", "check", "pathfinder32", "--data-dir", str(tmp_path)]) == 0
-    assert "not generated yet" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # the full set is not there, the 20 images made above are, and the check says how runs read them
+    assert "not generated yet" in out and "a smaller set is there, 16/2/2 in " in out
+    assert "runs read it with data.limit_train=16 data.limit_eval=2" in out
     with pytest.raises(ValueError, match="--n is for Pathfinder"):
         _cli(["data", "generate", "listops", "--n", "5", "--data-dir", str(tmp_path)])
 
