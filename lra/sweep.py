@@ -131,16 +131,19 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
         state, reason = "new", ""
         try:
             validate_run(config, resolve_runtime(config))
+        except FileNotFoundError as err:   # missing data (how to get it): this cell only, not the sweep
+            state, reason = "invalid", f"data: {err}"
         except ValueError as err:
             state, reason = "invalid", str(err)
+        run_dir = config.run_dir()
         # A cell repeated on the command line (--seeds 0 0, or --seq-lens naming the preset's own
         # length twice) is the same run folder: train it once, never twice at the same time.
-        if config.run_dir() in seen:
+        if run_dir in seen:
             continue
-        seen.add(config.run_dir())
+        seen.add(run_dir)
         if state != "invalid":
-            state, reason = _classify(config.run_dir(), spec.skip_failed)
-        resumes = state in ("resume", "retry") and _last_checkpoint(config.run_dir()).exists()
+            state, reason = _classify(run_dir, spec.skip_failed)
+        resumes = state in ("resume", "retry") and _last_checkpoint(run_dir).exists()
         plan.append(PlannedRun(task, attention, seq_len, seed, config, state, reason, resumes))
     return plan
 

@@ -113,6 +113,22 @@ def _spec(tmp_path, attentions=("softmax", "performer", "linformer")):
                      overrides=FAST, runs_dir=str(tmp_path / "runs"), data_dir=str(tmp_path / "data"))
 
 
+def test_a_task_without_data_is_an_invalid_cell_and_the_others_still_run(tmp_path, capsys):
+    """A sweep over several tasks, one of whose data is not there (the AAN release): that task's cells
+    are invalid, with how to get the data, and the rest of the grid trains (the whole sweep, --dry-run
+    included, stopped at the first such cell)."""
+    spec = _spec(tmp_path, attentions=["softmax"])
+    spec.tasks = ["listops", "retrieval"]
+    states = {run.task: (run.state, run.reason) for run in plan_sweep(spec)}
+    assert states["listops"] == ("new", "")
+    assert states["retrieval"][0] == "invalid"
+    assert states["retrieval"][1].startswith("data: no data for retrieval") and "lra_release.gz" in states["retrieval"][1]
+    assert main(["sweep", "--preset", "smoke", "--tasks", "listops", "retrieval", "--attentions", "softmax",
+                 "--seq-lens", "64", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"),
+                 "--dry-run", *FAST]) == 0
+    assert "invalid  retrieval/softmax/" in capsys.readouterr().out
+
+
 def test_parallel_runs_are_pinned_to_distinct_gpus(tmp_path):
     spec = _spec(tmp_path)
     plan = plan_sweep(spec)
