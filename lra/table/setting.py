@@ -1,8 +1,8 @@
 """How a cell of runs departs from the paper's setting: another preset, settings overridden from
 their preset, augmentation, generated instead of official data, a subset of the data, another
 sequence length, fewer optimizer steps than the preset's `max_steps`, several devices (data-parallel:
-a larger global batch), a CPU run. The table of record
-prints these beside the numbers, and compares with the paper only runs of the `paper` preset on a GPU."""
+a larger global batch), a CPU run. The table of record prints these beside the numbers, and compares
+with the paper only runs of the `paper` preset on a GPU."""
 from __future__ import annotations
 
 import json
