@@ -51,10 +51,27 @@ def locate(target: str | Path, which: str = "best") -> tuple[Path, Path]:
 def _config_file(run_dir: Path, checkpoint: Path | None = None) -> Path:
     config_file = run_dir / "config.yaml"
     if not config_file.is_file():
+        never = _never_trained(run_dir)
+        if never:
+            raise FileNotFoundError(f"{run_dir}: this run never trained, so there is nothing to evaluate; {never}")
         what = f"checkpoint {checkpoint} is not" if checkpoint else f"{run_dir} is not"
         raise FileNotFoundError(f"{what} inside a run folder of `lra train` ({config_file} is missing: "
                                 "it holds the model and data settings the evaluation rebuilds)")
     return config_file
+
+
+def _never_trained(run_dir: Path) -> str | None:
+    """What the record of a run that ended before training says (e.g. a sweep cell whose data was
+    missing: a `failed` record and nothing else), or None."""
+    from lra.records import RECORD_NAME, read_record
+
+    try:
+        record = read_record(run_dir / RECORD_NAME)
+    except (OSError, ValueError):
+        return None
+    if record.get("status") in (None, "completed") or record.get("steps"):
+        return None
+    return f"its record says {record.get('status')}: {record.get('error') or 'no reason given'}"
 
 
 def run_config(run_dir: Path) -> RunConfig:

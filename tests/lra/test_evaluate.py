@@ -70,6 +70,19 @@ def test_cli_prints_and_writes_json(finished_run, tmp_path, capsys):
     assert saved["versions"]["torch"] == torch.__version__ and saved["git_rev"] and saved["date"]
 
 
+def test_a_run_that_never_trained_says_why(tmp_path, capsys):
+    """A sweep cell recorded invalid (here: its data is missing) has a record and no config.yaml: the
+    evaluation says the run never trained and quotes its record."""
+    from lra.train import write_status_record
+
+    config = resolve("retrieval", "softmax", preset="smoke", runs_dir=tmp_path / "runs", data_dir=tmp_path / "data")
+    write_status_record(config, "failed", "data: no data for retrieval (get the LRA release)")
+    assert main(["eval", str(config.run_dir())]) == 2
+    err = capsys.readouterr().err
+    assert "this run never trained, so there is nothing to evaluate; its record says failed: data: no data for " \
+           "retrieval (get the LRA release)" in err and "Traceback" not in err
+
+
 def test_bad_targets_are_clear_errors(finished_run, tmp_path, capsys):
     run_dir, _ = finished_run
     with pytest.raises(FileNotFoundError, match="no such run folder or checkpoint"):
