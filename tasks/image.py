@@ -131,10 +131,10 @@ class TfdsCifar(DataSource):
         return tfds_source.installed()
 
     def missing_help(self) -> str:
-        return (f"CIFAR-10 through tfds needs tensorflow-datasets: {release.TFDS_HINT}; or put "
-                f"cifar-10-batches-py/ ({release.CIFAR10_URL}) under {self.data_dir}")
+        return f"CIFAR-10 through tfds needs tensorflow-datasets: {release.TFDS_HINT}; or {self._elsewhere()}"
 
     def _elsewhere(self) -> str:
+        """The other way to get the images, for tfds's errors."""
         return f"put cifar-10-batches-py/ ({release.CIFAR10_URL}) under {self.data_dir}"
 
     def prepare(self) -> None:

@@ -79,11 +79,7 @@ class _ImdbSource(DataSource):
         """What identifies the reviews read (part of the token cache's key)."""
         raise NotImplementedError
 
-    def _fetch(self) -> None:
-        """Make the reviews readable (a download) before they are tokenised."""
-
     def _write(self, staging: Path) -> None:
-        self._fetch()
         token_store.write_split(staging / "test", self._rows("test"), documents=1, max_len=self.max_len)
         everything = staging / "imdb-train"
         token_store.write_split(everything, self._rows("train"), documents=1, max_len=self.max_len)
@@ -147,14 +143,11 @@ class TfdsImdb(_ImdbSource):
         return tfds_source.installed()
 
     def missing_help(self) -> str:
-        return (f"IMDB through tfds needs tensorflow-datasets: {release.TFDS_HINT}; or put the Stanford "
-                f"aclImdb/ folder ({release.IMDB_URL}) under {self.data_dir}")
+        return f"IMDB through tfds needs tensorflow-datasets: {release.TFDS_HINT}; or {self._elsewhere()}"
 
     def _elsewhere(self) -> str:
+        """The other way to get the reviews, for tfds's errors."""
         return f"put the Stanford aclImdb/ folder ({release.IMDB_URL}) under {self.data_dir}"
-
-    def _fetch(self) -> None:
-        tfds_source.prepare("imdb_reviews", self.data_dir, self._elsewhere())
 
     def _key(self) -> dict:
         return {"tfds": "imdb_reviews", "tfds_dir": tfds_source.tfds_dir(self.data_dir)}
