@@ -440,6 +440,9 @@ def _hopper_bwd_source(kernel: str, head_dim: int, dtype: str, causal: bool, pad
         rows_q = hb.ONE_PASS_BLOCK_M[head_dim] if kernel == "dkdv-1p" else hb.DKV_BLOCK_M
         rows_k = hb.DKV_BLOCK_N
         types = dict(dk_desc=descriptor(rows_k), dv_desc=descriptor(rows_k), DQ_ACC="*fp32")
+        if kernel == "dkdv-1p":  # the float32 dQ sum the tiles are reduce-added into
+            block = [1, rows_q, head_dim]
+            types["DQ_ACC"] = f"tensordesc<fp32{block},{gl.NVMMASharedLayout.get_default_for(block, gl.float32)!r}>"
     types.update(q_desc=descriptor(rows_q), k_desc=descriptor(rows_k), v_desc=descriptor(rows_k),
                  do_desc=descriptor(rows_q), ROWS="*fp32", DELTA="*fp32", PAD="*i1", qk_scale="fp32",
                  sm_scale="fp32")

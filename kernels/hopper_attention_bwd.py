@@ -47,6 +47,11 @@ the sequence end take the masked path; padded keys (key_padding_mask True) get d
 their dS is dropped from dQ; rows past N_q read as rows that see no key. TMA zero-fills rows past
 N on load and clips them on store.
 
+The one-pass form (``hopper_backward(one_pass=True)``: a preprocess kernel stores delta, then the
+dK/dV kernel with ``ONE_PASS``) also computes each query tile's dQ^T = K^T dS^T in the dK/dV loop
+and adds it into a float32 (B * H, rows, d) sum by one TMA reduce-add per tile from a shared-memory
+tile (:func:`_add_dq_share`); the order of those additions varies, so dQ's last bits do too.
+
 :func:`hopper_backward` validates (``ValueError`` with the reason, via
 :func:`kernels.hopper_support.supported`), builds the TMA descriptors and launches. Compile
 offline with ``python -m kernels.compile_check --hopper``.
@@ -66,8 +71,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 # the warp-specialised dK/dV kernel has the forward's partitions: 8 consumer warps and a one-warp TMA
 # producer, under the same launch cap (its consumer warps get 240 registers each)
 from .hopper_attention import MAXNREG, PRODUCER_REGS, PRODUCER_WARPS
-from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, softmax_scale_of, tma_descriptor,
-                            tma_load, tma_store)
+from .hopper_common import (LOG2E, cta_barrier, padding_args, query_tile, reduce_descriptor, softmax_scale_of,
+                            tma_descriptor, tma_load, tma_reduce_add, tma_store)
 from .hopper_support import cuda_capability, supported
 from .launch_args import exact_probabilities
 
@@ -384,14 +389,19 @@ def _release_slot(ring, b, h, first, j, count, STAGES: gl.constexpr, NBYTES_QDO:
 
 
 @gluon.jit
-def _add_dq_share(dqt, dq_base, start_m, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """Adds a query tile's dQ^T share (HEAD_DIM x BLOCK_M, float32) into the float32 dQ sum of its
-    (batch, head) at ``dq_base`` ((rows, HEAD_DIM), rows padded to whole tiles: no mask) by relaxed
-    atomic adds, one per element."""
-    layout: gl.constexpr = dqt.type.layout
-    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, layout))
-    rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, layout))
-    gl.atomic_add(dq_base + rows.to(gl.int64)[None, :] * HEAD_DIM + dims[:, None], dqt, sem="relaxed")
+def _add_dq_share(dqt, dq_sum, start_m, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """Adds a query tile's dQ^T share (HEAD_DIM x BLOCK_M, float32) into the float32 dQ sum by one
+    TMA reduce-add from shared memory (``dq_sum`` = (the sum's descriptor, (G, rows, HEAD_DIM) with
+    block (1, BLOCK_M, HEAD_DIM); its (1, BLOCK_M, HEAD_DIM) shared-memory tile; the (batch, head)
+    row G)). The previous tile's reduce-add, still in flight, must have read the tile before this
+    share overwrites it (``store_wait``)."""
+    dq_desc, dq_smem, bh = dq_sum
+    tma.store_wait(0)
+    cta_barrier()
+    dq_smem.reshape([BLOCK_M, HEAD_DIM]).store(gl.permute(dqt, [1, 0]))
+    fence_async_shared()
+    cta_barrier()
+    tma_reduce_add(dq_desc, [bh, start_m, 0], dq_smem)
 
 
 @gluon.jit
@@ -446,7 +456,7 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
             dv, dpt, pt_op = warpgroup_mma_wait(0, deps=[dv, dpt, pt_op])
         dst = pt * (dpt - delta[None, :])
         if ONE_PASS:
-            keep, dst_smem, dq_base, dqt_zero = one_pass
+            keep, dst_smem, dq_sum, dqt_zero = one_pass
             # keys past N_K (zero-filled, so P^T is not 0 there) and padded keys give dQ nothing
             dst = gl.where(keep[:, None], dst, 0.0)
             # dS^T through shared memory, the A operand of dK and the B operand of dQ^T
@@ -459,7 +469,7 @@ def _dkdv_tiles(dk, dv, k_tile, v_tile, ring, b, h, first, lo, hi, count, keys, 
                 dk, dv, pt_op, dqt = warpgroup_mma_wait(0, deps=[dk, dv, pt_op, dqt])
             else:
                 dk, dqt = warpgroup_mma_wait(0, deps=[dk, dqt])  # dV completed with dP^T
-            _add_dq_share(dqt, dq_base, start_m, BLOCK_M, HEAD_DIM)
+            _add_dq_share(dqt, dq_sum, start_m, BLOCK_M, HEAD_DIM)
         else:
             dst_op = gl.convert_layout(dst.to(q_bufs.dtype), op_layout)
             dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
@@ -638,8 +648,8 @@ def _dkdv_consumer(descs, bufs, bars, coords, ranges, ROWS, DELTA, PAD, stride_p
             keep = keep & (gl.load(PAD + b.to(gl.int64) * stride_pb + keys * stride_pn, mask=keys < N_K, other=1) == 0)
         dst_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_N, BLOCK_M],
                                              gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], q_desc.dtype))
-        dq_base = DQ_ACC + bh.to(gl.int64) * (gl.cdiv(N_Q, BLOCK_M) * BLOCK_M * HEAD_DIM)
-        one_pass = (keep, dst_smem, dq_base, gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, dqt_layout))
+        dq_smem = gl.allocate_shared_memory(gl.float32, DQ_ACC.block_type.shape, DQ_ACC.layout)
+        one_pass = (keep, dst_smem, (DQ_ACC, dq_smem, bh), gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, dqt_layout))
     mbarrier.wait(kv_bar, 0)
     # schedules by what fits the registers (sm_90 compile, `python -m kernels.compile_check --hopper`):
     # the pipelined one spills inside the loop at d = 128, the overlap of dV alone where causal
@@ -842,7 +852,7 @@ def _one_pass(grad_out, q, k, v, out, row_stats, delta, dk, dv, pad, stride_pb, 
     hopper_attention_bwd_dkdv_kernel[(triton.cdiv(n_k, DKV_BLOCK_N), B * H)](
         tma_descriptor(q, block_m), tma_descriptor(k, DKV_BLOCK_N), tma_descriptor(v, DKV_BLOCK_N),
         tma_descriptor(grad_out, block_m), tma_descriptor(dk, DKV_BLOCK_N), tma_descriptor(dv, DKV_BLOCK_N),
-        row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale, dq_sum,
-        WARP_SPECIALIZE=False, ONE_PASS=True, **flags)
+        row_stats, delta, pad, stride_pb, stride_pn, H, n_q, n_k, causal_offset, scale * LOG2E, scale,
+        reduce_descriptor(dq_sum, block_m), WARP_SPECIALIZE=False, ONE_PASS=True, **flags)
     dq = (dq_sum[:, :n_q].view(B, H, n_q, d) * scale).to(q.dtype)
     return dq, dk, dv

@@ -7,20 +7,34 @@ from __future__ import annotations
 import functools
 import math
 
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import tma
 
 from .triton_attention import LPT_HEAD_GROUP
 
 LOG2E = 1.4426950408889634  # log2(e): the launchers pass scale * log2(e) for exp2
 
-# TMA copy builtins: Triton 3.6 names them async_copy_global_to_shared / async_copy_shared_to_global;
+# TMA builtins: Triton 3.6 names them async_copy_global_to_shared / async_copy_shared_to_global;
 # later releases renamed them async_load / async_store (the old names raise)
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 # CTA-wide (partition-wide under warp specialisation) barrier: gl.thread_barrier in 3.6, gl.barrier later
 cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """TMA reduce-add of a shared-memory tile into global memory (``cp.reduce.async.bulk.tensor``
+    .add): the op later releases expose as ``tma.async_atomic_add``; Triton 3.6's Gluon has the op
+    in its builder but no function for it."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+tma_reduce_add = getattr(tma, "async_atomic_add", None) or _tma_reduce_add
 
 
 @gluon.jit
@@ -98,16 +112,28 @@ def padding_args(key_padding_mask, batch: int, n_k: int, placeholder) -> tuple:
 def tma_descriptor(t, rows: int):
     """Host-side TMA descriptor over the (B, H, N, d) float16 / bfloat16 tensor ``t``, block
     (1, 1, rows, d), in the shared-memory layout the kernels' wgmma operands use."""
-    import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     block = (1, 1, rows, t.shape[-1])
-    layout = _shared_layout(block, t.dtype == torch.bfloat16)
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(block), layout)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(block), _shared_layout(block, t.dtype))
+
+
+def reduce_descriptor(t, rows: int):
+    """Host-side TMA descriptor over the float32 (G, R, d) tensor ``t`` (a sum that tiles are
+    reduce-added into), block (1, rows, d)."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = (1, rows, t.shape[-1])
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(block), _shared_layout(block, torch.float32))
 
 
 @functools.lru_cache(maxsize=32)
-def _shared_layout(block: tuple, bfloat16: bool):
-    """The wgmma operands' shared-memory layout of a TMA block: computed once per block and dtype
-    (about 6 us of host time each, four descriptors per forward call)."""
-    return gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16 if bfloat16 else gl.float16)
+def _shared_layout(block: tuple, dtype):
+    """The shared-memory layout of a TMA block of ``dtype`` (torch float16, bfloat16 or float32;
+    the wgmma operands' for the 16-bit ones): computed once per block and dtype (about 6 us of host
+    time each, four descriptors per forward call)."""
+    import torch
+
+    gl_dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[dtype]
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)

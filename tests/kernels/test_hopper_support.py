@@ -87,6 +87,20 @@ def test_tma_descriptors_take_the_tensors_shape_and_strides_and_the_wgmma_shared
     assert hopper.tma_descriptor(k.contiguous(), 128).layout is desc.layout
 
 
+def test_the_reduce_descriptor_covers_a_float32_sum_in_tiles_of_rows():
+    """The one-pass backward's dQ sum, float32 (B * H, rows, d): block (1, rows, d) in the float32
+    NVMMA layout, which the kernel's shared-memory tile takes as its own."""
+    import torch
+
+    hopper = pytest.importorskip("kernels.hopper_common", reason="this Triton has no Gluon")
+    gl = hopper.gl
+    total = torch.zeros(6, 96, 128)
+    desc = hopper.reduce_descriptor(total, 32)
+    assert (desc.shape, desc.strides, desc.block_shape) == ([6, 96, 128], [96 * 128, 128, 1], [1, 32, 128])
+    assert desc.layout == gl.NVMMASharedLayout.get_default_for([1, 32, 128], gl.float32)
+    assert hopper.reduce_descriptor(torch.zeros(2, 32, 128), 32).layout is desc.layout
+
+
 def test_an_incoming_gradient_tma_cannot_read_is_copied_first():
     """The Hopper autograd call passes dO through as it is when TMA can read it, else a contiguous copy."""
     import torch
