@@ -343,10 +343,11 @@ def run_local(plan: list[PlannedRun], spec: SweepSpec, *, parallel: int = 1, gpu
     """Run the `new`/`resume`/`retry` cells on `parallel` GPU slots, `spec.runs_per_gpu` runs per GPU
     at a time. `on_start(run, log path, gpu)` is called as a run starts, `on_done(outcome)` as it
     ends. `deadline` (Unix seconds): every run stops resumably there (`lra.callbacks.StopAt`: it
-    saves last.ckpt and records itself interrupted) and no run starts after it."""
+    saves last.ckpt and records itself interrupted) and no run starts after it. Cells start in
+    `pending_runs` order."""
     from lra.train import write_status_record
 
-    todo = [r for r in plan if r.state in ("new", "resume", "retry")]
+    todo = pending_runs(plan)
     slot_list = gpu_slots(parallel, gpus, spec.runs_per_gpu)
     slots: queue.Queue = queue.Queue()
     for gpu in slot_list:

@@ -320,6 +320,9 @@ def test_runs_that_resume_from_a_checkpoint_start_before_new_ones(tmp_path):
     plan = plan_sweep(spec)
     assert [r.attention for r in pending_runs(plan)] == ["linformer", "sdpa", "softmax", "performer"]
     assert [r.resumes for r in plan] == [False, False, True, True]
+    started = []
+    run_local(plan, spec, runner=lambda argv, env, log: started.append(argv[argv.index("--attention") + 1]) or 0)
+    assert started == ["linformer", "sdpa", "softmax", "performer"]
 
 
 def test_a_run_stopped_before_it_recorded_itself_counts_as_interrupted(tmp_path):
