@@ -82,6 +82,7 @@ class PlannedRun(RunLocation):
     state: str
     reason: str = ""
     resumes: bool = False   # training continues from the run's last checkpoint (seen when planned)
+    done_fraction: float = 0.0  # of the schedule's steps, by the run's record (resuming runs)
 
     @property
     def label(self) -> str:
@@ -90,10 +91,11 @@ class PlannedRun(RunLocation):
 
 def pending_runs(plan: list[PlannedRun]) -> list[PlannedRun]:
     """The cells a sweep trains, in the order it starts them: those that resume from a checkpoint
-    first, then the others in plan order. A campaign spread over short allocations so finishes what
-    it has started before it starts new cells, and leaves fewer runs half-trained at each deadline."""
+    first, the furthest along first, then the others in plan order. A campaign spread over short
+    allocations so finishes what it has started before it starts new cells, and leaves fewer runs
+    half-trained at each deadline."""
     todo = [r for r in plan if r.state in ("new", "resume", "retry")]
-    return sorted(todo, key=lambda r: not r.resumes)   # stable: plan order within each group
+    return sorted(todo, key=lambda r: (not r.resumes, -r.done_fraction))   # stable: plan order on ties
 
 
 def expand_grid(spec: SweepSpec) -> list[tuple[str, int | None, str, int]]:
@@ -144,7 +146,8 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
         if state != "invalid":
             state, reason = _classify(run_dir, spec.skip_failed)
         resumes = state in ("resume", "retry") and _last_checkpoint(run_dir).exists()
-        plan.append(PlannedRun(task, attention, seq_len, seed, config, state, reason, resumes))
+        done = _done_fraction(run_dir) if resumes else 0.0
+        plan.append(PlannedRun(task, attention, seq_len, seed, config, state, reason, resumes, done))
     return plan
 
 
@@ -188,6 +191,20 @@ def _progress(record: dict) -> str:
     text = f"step {steps:,}" + (f" of {max_steps:,}" if isinstance(max_steps, int) else "")
     best = record.get("best_val_acc")
     return text + (f", best val {100 * best:.1f} %" if isinstance(best, (int, float)) else "")
+
+
+def _done_fraction(run_dir: Path) -> float:
+    """The fraction of its schedule (steps of train.max_steps) a run's record says it trained; 0 when
+    the record does not say."""
+    try:
+        record = read_record(run_dir / RECORD_NAME)
+    except (OSError, ValueError):
+        return 0.0
+    steps = record.get("steps")
+    max_steps = ((record.get("config") or {}).get("train") or {}).get("max_steps")
+    if not isinstance(steps, int) or not isinstance(max_steps, int) or max_steps < 1:
+        return 0.0
+    return min(steps / max_steps, 1.0)
 
 
 def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:

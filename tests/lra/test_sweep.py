@@ -325,6 +325,23 @@ def test_runs_that_resume_from_a_checkpoint_start_before_new_ones(tmp_path):
     assert started == ["linformer", "sdpa", "softmax", "performer"]
 
 
+def test_of_the_runs_that_resume_the_furthest_along_start_first(tmp_path):
+    """Four runs to a GPU and more half-trained runs than slots: the ones nearest the end of their
+    schedule take the slots, so each allocation completes runs rather than advancing all a little."""
+    spec = _spec(tmp_path, attentions=["softmax", "performer", "linformer", "sdpa", "flash"])
+    first = plan_sweep(spec)
+    steps = {"softmax": 5000, "performer": 61000, "linformer": None, "sdpa": 30000}   # flash: new
+    for run in first[:4]:
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        fields = {} if steps[run.attention] is None else {"steps": steps[run.attention]}
+        write_record(run.run_dir / "result.json", {"task": "listops", "attention": run.attention, "status": "interrupted",
+                                                   "config": {"train": {"max_steps": 62400}}, **fields})
+        (run.run_dir / "checkpoints").mkdir()
+        (run.run_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
+    assert [r.attention for r in pending_runs(plan_sweep(spec))] == ["performer", "sdpa", "softmax", "linformer",
+                                                                     "flash"]
+
+
 def test_a_run_stopped_before_it_recorded_itself_counts_as_interrupted(tmp_path):
     spec = _spec(tmp_path, attentions=["softmax"])
     plan = plan_sweep(spec)
