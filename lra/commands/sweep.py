@@ -24,10 +24,10 @@ examples:
 Before anything starts (local launcher), each task's data is read once per data source: cells whose
 data are missing or corrupt are planned invalid, with the error (a released file's name and line).
 Runs whose completed result.json exists are skipped; interrupted runs resume from last.ckpt, and
-runs with a checkpoint start before new ones; failed and OOM runs are recorded and retried on the
-next sweep (unless --skip-failed).
-exit status: 0 every run completed (or was skipped), 1 some run failed or ran out of memory,
-2 bad input, or runs that would take long through the CPU interpreter without --yes (nothing was run).
+runs with a checkpoint start before new ones, the furthest along first; failed and OOM runs are
+recorded and retried on the next sweep (unless --skip-failed).
+exit status: 0 every run completed (or was skipped), 1 some run failed, ran out of memory or
+diverged, stopped at --budget-minutes, did not start in it, or its cell is invalid, 2 bad input, or runs that would take long through the CPU interpreter without --yes (nothing was run).
 """
 
 
