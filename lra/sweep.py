@@ -187,7 +187,7 @@ def _progress(record: dict) -> str:
     steps = record.get("steps")
     if not isinstance(steps, int) or steps < 1:
         return ""
-    max_steps = ((record.get("config") or {}).get("train") or {}).get("max_steps")
+    max_steps = _max_steps(record)
     text = f"step {steps:,}" + (f" of {max_steps:,}" if isinstance(max_steps, int) else "")
     best = record.get("best_val_acc")
     return text + (f", best val {100 * best:.1f} %" if isinstance(best, (int, float)) else "")
@@ -201,10 +201,15 @@ def _done_fraction(run_dir: Path) -> float:
     except (OSError, ValueError):
         return 0.0
     steps = record.get("steps")
-    max_steps = ((record.get("config") or {}).get("train") or {}).get("max_steps")
+    max_steps = _max_steps(record)
     if not isinstance(steps, int) or not isinstance(max_steps, int) or max_steps < 1:
         return 0.0
     return min(steps / max_steps, 1.0)
+
+
+def _max_steps(record: dict):
+    """The run's schedule length (its config's train.max_steps) as the record has it, or None."""
+    return ((record.get("config") or {}).get("train") or {}).get("max_steps")
 
 
 def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:

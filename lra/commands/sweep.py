@@ -27,7 +27,8 @@ Runs whose completed result.json exists are skipped; interrupted runs resume fro
 runs with a checkpoint start before new ones, the furthest along first; failed and OOM runs are
 recorded and retried on the next sweep (unless --skip-failed).
 exit status: 0 every run completed (or was skipped), 1 some run failed, ran out of memory or
-diverged, stopped at --budget-minutes, did not start in it, or its cell is invalid, 2 bad input, or runs that would take long through the CPU interpreter without --yes (nothing was run).
+diverged, stopped at --budget-minutes, did not start in it, or its cell is invalid, 2 bad input, or
+runs that would take long through the CPU interpreter without --yes (nothing was run).
 """
 
 
