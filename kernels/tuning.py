@@ -29,6 +29,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -277,19 +278,45 @@ def _write_json(path: str, data: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
+PASSES = ("fwd", "dkdv", "dq")
+DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+          "fp32": torch.float32, "float32": torch.float32}
+
+
+def _listed(values: list[str]) -> list[str]:
+    """The items of a list option given space- or comma-separated (``64 128`` or ``64,128``)."""
+    return [item for value in values for item in value.split(",") if item]
+
+
+def _length(text: str) -> int:
+    """A sequence length: a number of tokens (4096) or of 1K (4K)."""
+    match = re.fullmatch(r"(\d+)([kK]?)", text)
+    if not match or int(match.group(1)) < 1:
+        raise ValueError(f"bad sequence length {text!r}: use a number of tokens (4096) or a multiple of 1K (4K)")
+    return int(match.group(1)) * (1024 if match.group(2) else 1)
+
+
+def _head_dim(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 128:
+        raise ValueError(f"bad head dim {text!r}: the kernels take 1 to 128")
+    return int(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--head-dims", default="64,32,128")
-    parser.add_argument("--seq-lens", default="4096,16384")
+    parser.add_argument("--head-dims", nargs="+", default=["64", "32", "128"], metavar="D",
+                        help="head dims to tune, space- or comma-separated (default 64 32 128)")
+    parser.add_argument("--seq-lens", nargs="+", default=["4K", "16K"], metavar="N",
+                        help="sequence lengths timed, 4096 or 4K (default 4K 16K)")
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--hidden", type=int, default=2048)
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", default="bf16", choices=list(DTYPES))
     parser.add_argument("--dropout", type=float, default=0.0,
                         help="tune the attention-dropout path with this p (its own table: kernels.tiles)")
     parser.add_argument("--split-backward", action="store_true",
                         help="with --dropout: tune the two-pass (deterministic) backward instead of the one-pass one")
-    parser.add_argument("--passes", default="fwd,dkdv,dq",
-                        help="passes to tune, comma-separated (the others keep the table's entry)")
+    parser.add_argument("--passes", nargs="+", default=list(PASSES), metavar="PASS",
+                        help="passes to tune, of fwd, dkdv, dq (the others keep the table's entry)")
     parser.add_argument("--sparse", default=None, choices=BENCHMARK_LAYOUTS,
                         help="tune the block-sparse kernel on this benchmark layout (its own table: kernels.tiles)")
     parser.add_argument("--block-size", type=int, default=128, choices=(32, 64, 128),
@@ -299,6 +326,15 @@ def main(argv=None) -> int:
                         help="instead of timing: merge these tuning JSONs (e.g. one per --sparse layout) into --out, "
                              "each pass's winner by the geometric mean over all of them")
     args = parser.parse_args(argv)
+    try:
+        head_dims = [_head_dim(x) for x in _listed(args.head_dims)]
+        seq_lens = [_length(x) for x in _listed(args.seq_lens)]
+    except ValueError as err:
+        parser.error(str(err))
+    passes = _listed(args.passes)
+    unknown = [p for p in passes if p not in PASSES]
+    if unknown:
+        parser.error(f"--passes: no pass {unknown[0]!r}; the passes are {', '.join(PASSES)}")
     if args.combine:
         if not args.out:
             parser.error("--combine writes its result to --out; name the file")
@@ -323,9 +359,8 @@ def main(argv=None) -> int:
             _write_json(args.out, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                    "results": results})
 
-    results = tune([int(x) for x in args.head_dims.split(",")], [int(x) for x in args.seq_lens.split(",")],
-                   args.tokens, args.hidden, getattr(torch, args.dtype), on_result=save, dropout_p=args.dropout,
-                   passes=[p for p in ("fwd", "dkdv", "dq") if p in args.passes.split(",")],
+    results = tune(head_dims, seq_lens, args.tokens, args.hidden, DTYPES[args.dtype], on_result=save,
+                   dropout_p=args.dropout, passes=[p for p in PASSES if p in passes],
                    sparse=args.sparse, block_size=args.block_size, split_backward=args.split_backward)
     print("\n# best per padded head dim (fwd, dkdv, dq) = (BLOCK_M, BLOCK_N, num_warps, num_stages)")
     for d, entry in results.items():
