@@ -267,17 +267,21 @@ def loop_copy_waits(kernel: str, sparse: bool, block_m: int, block_n: int, head_
     return [int(n) for n in re.findall(r"async_wait[^{]*[{]num = (\d+)", loop)]
 
 
+KERNEL_NAMES = ("fwd", "dkdv", "dq")   # the attention kernels; --full adds LAYER_NORM_NAMES
+LAYER_NORM_NAMES = ("ln_fwd", "ln_bwd")
+
+
 def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, resources: bool = False,
-                     kernel_names: str | None = None):
+                     kernel_names=None):
     """Compiles the variants, yielding one line per variant as it is done (raises on the first
-    failure). ``kernel_names``: only these (comma-separated) kernels ("fwd", "dkdv", "dq"; with
-    ``quick=False`` also "ln_fwd", "ln_bwd")."""
+    failure). ``kernel_names``: only these kernels (of :data:`KERNEL_NAMES`; with ``quick=False``
+    also :data:`LAYER_NORM_NAMES`)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     target = GPUTarget("cuda", arch, 32)
     for kernel, dtype, bm, bn, bd, warps, n_stages, flags in _variants(quick):
-        if kernel_names and kernel not in kernel_names.split(","):
+        if kernel_names and kernel not in kernel_names:
             continue
         src, aligned = _source(kernel, dtype, bm, bn, bd, flags)
         t0 = time.perf_counter()
@@ -296,7 +300,7 @@ def compile_variants(quick: bool = True, ptx: bool = False, arch: int = 90, reso
     if quick:
         return
     for kernel, x_dtype, y_dtype, d in _layer_norm_variants():
-        if kernel_names and kernel not in kernel_names.split(","):
+        if kernel_names and kernel not in kernel_names:
             continue
         src, warps, what = _layer_norm_source(kernel, x_dtype, y_dtype, d)
         t0 = time.perf_counter()
@@ -532,14 +536,21 @@ def main(argv=None) -> int:
     parser.add_argument("--ptx", action="store_true", help="compile through LLVM to PTX/cubin as well")
     parser.add_argument("--resources", action="store_true",
                         help="with --ptx: print registers, stack and spill stores of every variant")
-    parser.add_argument("--kernels", default=None,
-                        help="only these kernels, comma-separated: fwd,dkdv,dq (--full: also ln_fwd,ln_bwd)")
+    parser.add_argument("--kernels", nargs="+", default=None, metavar="KERNEL",
+                        help="only these kernels (space- or comma-separated): fwd dkdv dq (--full: also ln_fwd ln_bwd)")
     parser.add_argument("--hopper", action="store_true",
                         help="compile the Hopper Gluon forward and backward (kernels.hopper_attention, "
                              "kernels.hopper_attention_bwd) to cubins instead")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="with --hopper: compile N variants at a time (default: the cores, at most 8)")
     args = parser.parse_args(argv)
+    if args.kernels is not None:
+        args.kernels = [name for value in args.kernels for name in value.split(",") if name]
+        known = KERNEL_NAMES + (LAYER_NORM_NAMES if args.full else ())
+        unknown = [name for name in args.kernels if name not in known]
+        if unknown:
+            hint = " (the LayerNorm kernels compile with --full)" if unknown[0] in LAYER_NORM_NAMES else ""
+            parser.error(f"--kernels: no kernel {unknown[0]!r}; the kernels are {', '.join(known)}{hint}")
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("run with TRITON_INTERPRET=0: the interpreter replaces the compiler", file=sys.stderr)
         return 2

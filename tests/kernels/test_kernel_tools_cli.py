@@ -1,11 +1,11 @@
-"""`python -m kernels.tuning`'s command line: lists as the `lra` commands take them, bad values refused
-before anything is timed."""
+"""The command lines of `python -m kernels.tuning` and `python -m kernels.compile_check`: lists as the
+`lra` commands take them, bad values refused before anything is timed or compiled."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kernels import tuning
+from kernels import compile_check, tuning
 
 
 @pytest.fixture
@@ -43,3 +43,23 @@ def test_a_bad_value_is_one_error_before_any_timing(tuned, capsys, argv, message
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert tuned == []
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--kernels", "fdw"], "no kernel 'fdw'; the kernels are fwd, dkdv, dq"),
+    (["--kernels", "fwd,ln_fwd"], "no kernel 'ln_fwd'; the kernels are fwd, dkdv, dq (the LayerNorm kernels compile "
+                                  "with --full)"),
+])
+def test_compile_check_refuses_a_kernel_it_does_not_have(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        compile_check.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_compile_check_takes_kernels_space_or_comma_separated(monkeypatch):
+    asked = []
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(compile_check, "compile_variants", lambda **options: asked.append(options["kernel_names"]) or [])
+    assert compile_check.main(["--full", "--kernels", "fwd", "ln_fwd,ln_bwd"]) == 0
+    assert asked == [["fwd", "ln_fwd", "ln_bwd"]]
