@@ -246,10 +246,13 @@ def _classify(run_dir: Path, skip_failed: bool) -> tuple[str, str]:
 
 
 def format_plan(plan: list[PlannedRun]) -> str:
+    """The plan as the sweep prints it: the cells it trains in the order they start, then the others."""
     counts = {s: sum(r.state == s for r in plan) for s in STATES}
     lines = [f"sweep plan: {len(plan)} runs — " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
     width = max((len(r.label) for r in plan), default=10)
-    for r in plan:
+    pending = pending_runs(plan)
+    trained = {id(r) for r in pending}
+    for r in pending + [r for r in plan if id(r) not in trained]:
         lines.append(f"  {r.state:<8} {r.label:<{width}}  {r.reason}")
     return "\n".join(lines)
 

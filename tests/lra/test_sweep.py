@@ -10,8 +10,8 @@ import pytest
 
 from lra.cli import main
 from lra.records import write_record
-from lra.sweep import (SlurmOptions, SweepSpec, expand_grid, pending_runs, plan_sweep, run_local, run_slurm,
-                       train_argv)
+from lra.sweep import (SlurmOptions, SweepSpec, expand_grid, format_plan, pending_runs, plan_sweep, run_local,
+                       run_slurm, train_argv)
 
 FAST = ["train.max_steps=4", "train.val_check_interval=2", "train.batch_size=8", "data.limit_train=32",
         "data.limit_eval=16", "train.throughput_warmup_steps=1", "optim.warmup_steps=1"]
@@ -338,8 +338,10 @@ def test_of_the_runs_that_resume_the_furthest_along_start_first(tmp_path):
                                                    "config": {"train": {"max_steps": 62400}}, **fields})
         (run.run_dir / "checkpoints").mkdir()
         (run.run_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
-    assert [r.attention for r in pending_runs(plan_sweep(spec))] == ["performer", "sdpa", "softmax", "linformer",
-                                                                     "flash"]
+    plan = plan_sweep(spec)
+    assert [r.attention for r in pending_runs(plan)] == ["performer", "sdpa", "softmax", "linformer", "flash"]
+    listed = [line.split()[1].split("/")[1] for line in format_plan(plan).splitlines()[1:]]
+    assert listed == ["performer", "sdpa", "softmax", "linformer", "flash"]   # the plan shows that order
 
 
 def test_a_run_stopped_before_it_recorded_itself_counts_as_interrupted(tmp_path):
