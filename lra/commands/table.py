@@ -2,6 +2,7 @@
 benchmark CSVs."""
 from __future__ import annotations
 
+import difflib
 import sys
 import warnings
 from pathlib import Path
@@ -97,23 +98,53 @@ def filtered_inputs(args):
 
     records = load_records(args)
     bench = table.load_bench(args.bench)
+    check_filter_names(args, records, bench)
     filters = dict(task=args.tasks, attention=args.attentions, seq_len=args.seq_lens, preset=args.presets)
     records = table.filter_frame(records, **filters) if not records.empty else records
     bench = table.filter_frame(bench, attention=args.attentions, seq_len=args.seq_lens) if not bench.empty else bench
     return records, bench
 
 
+def _known(column: str, records, bench) -> set[str]:
+    """The registered attentions (``column`` "attention") or tasks ("task"), and those the records /
+    benchmark CSVs hold (e.g. a benchmark's own names, such as sdpa_flash)."""
+    if column == "attention":
+        from lra import attention
+
+        known = set(attention.names())
+    else:
+        from tasks.registry import TASKS
+
+        known = set(TASKS)
+    for frame in (records, bench):
+        if not frame.empty and column in frame.columns:
+            known |= {str(a) for a in frame[column].dropna().unique()}
+    return known
+
+
+def _unknown_name(option: str, name: str, what: str, known: set[str]) -> ValueError:
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return ValueError(f"{option} {name!r}: no such {what}; available: {', '.join(sorted(known))}"
+                      + (f" (did you mean {close[0]!r}?)" if close else ""))
+
+
+def check_filter_names(args, records, bench) -> None:
+    """--tasks / --attentions name registered tasks and attentions or ones the records / CSVs hold: a
+    typo would otherwise filter everything out, and the command say only that nothing matched."""
+    for option, values, column in (("--tasks", args.tasks, "task"), ("--attentions", args.attentions, "attention")):
+        if values:
+            known = _known(column, records, bench)
+            unknown = [v for v in values if v not in known]
+            if unknown:
+                raise _unknown_name(option, unknown[0], column, known)
+
+
 def check_baseline(baseline: str, records, bench) -> None:
     """`--baseline`: a registered attention or one the records / benchmark CSVs hold; a typo would
     otherwise leave every speedup empty without a word."""
-    from lra import attention
-
-    known = set(attention.available())
-    for frame in (records, bench):
-        if not frame.empty and "attention" in frame.columns:
-            known |= {str(a) for a in frame["attention"].dropna().unique()}
+    known = _known("attention", records, bench)
     if baseline not in known:
-        raise ValueError(f"--baseline {baseline!r}: no such attention; available: {', '.join(sorted(known))}")
+        raise _unknown_name("--baseline", baseline, "attention", known)
 
 
 def run(args) -> int:
@@ -147,9 +178,12 @@ def run(args) -> int:
     check_baseline(args.baseline, records, bench)
     if records.empty and bench.empty:
         where = ", ".join(str(r) for r in (args.runs_dir or [Path("runs")]))
+        filtered = any([args.tasks, args.attentions, args.seq_lens, args.presets])
         print(f"lra table: nothing to tabulate: no run records under {where}"
-              + (" match the filters" if any([args.tasks, args.attentions, args.seq_lens, args.presets]) else "")
-              + " and no --bench CSV (run `lra train` / `lra sweep`, or `lra bench models`)", file=sys.stderr)
+              + (" match the filters" if filtered else "")
+              + (" and no --bench CSV rows do" if args.bench and filtered else
+                 " and the --bench CSVs have no rows" if args.bench else " and no --bench CSV")
+              + " (run `lra train` / `lra sweep`, or `lra bench models`)", file=sys.stderr)
         return 1
 
     published = None

@@ -309,6 +309,27 @@ def test_bad_input_is_one_clear_error(tmp_path, runs, capsys):
     assert "nothing to tabulate" in capsys.readouterr().err
 
 
+def test_a_misspelt_filter_name_is_an_error_naming_the_known_ones(tmp_path, runs, capsys):
+    """--attentions / --tasks with a typo filtered every record out and said only "nothing to tabulate"."""
+    with pytest.raises(ValueError, match=r"--attentions 'flashh': no such attention; available: .*flash.* "
+                                         r"\(did you mean 'flash'\?\)"):
+        run_cli("--runs-dir", runs, "--attentions", "flash", "flashh")
+    with pytest.raises(ValueError, match=r"--tasks 'listopz': no such task; available: .*listops.* "
+                                         r"\(did you mean 'listops'\?\)"):
+        run_cli("--runs-dir", runs, "--tasks", "listopz")
+    assert run_cli("--runs-dir", runs, "--attentions", "flash", "--tasks", "listops") == 0   # real names still work
+    # a name that is not registered but that a benchmark CSV holds (the user's model's sdpa_flash) is known
+    rows = [dict(attention=a, seq_len=1024, batch_size=32, tokens_per_batch=32768, regime="small", compile=False,
+                 ms_per_step=ms, samples_per_s=None, tokens_per_s=32768 / ms * 1e3, peak_mem_gb=0.2, status="ok",
+                 note="") for a, ms in (("sdpa", 6.0), ("sdpa_flash", 5.9), ("flash", 7.5))]
+    bench = bench_csv(tmp_path / "user.csv", rows)
+    assert run_cli("steps", "--bench", bench, "--attentions", "sdpa_flash", "flash") == 0
+    capsys.readouterr()
+    # real names that leave nothing: the message says the filters matched nothing in either source
+    assert run_cli("steps", "--bench", bench, "--attentions", "flash", "--seq-lens", "64K") == 1
+    assert "match the filters and no --bench CSV rows do" in capsys.readouterr().err
+
+
 def test_out_folder_and_unknown_baseline_are_clear_errors(tmp_path, runs, capsys):
     # --out naming a folder is one clear error (not an IsADirectoryError from os.replace).
     with pytest.raises(ValueError, match="--out .*: is a folder; give a file name"):
