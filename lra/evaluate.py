@@ -54,6 +54,11 @@ def _config_file(run_dir: Path, checkpoint: Path | None = None) -> Path:
         never = _never_trained(run_dir)
         if never:
             raise FileNotFoundError(f"{run_dir}: this run never trained, so there is nothing to evaluate; {never}")
+        copied = _record_only(run_dir)
+        if copied:
+            raise FileNotFoundError(f"{run_dir} holds a run's record (result.json) without the run's files, as the "
+                                    f"committed results do: {copied}; evaluating it again needs the run folder "
+                                    "where it trained (config.yaml and checkpoints/)")
         what = f"checkpoint {checkpoint} is not" if checkpoint else f"{run_dir} is not"
         raise FileNotFoundError(f"{what} inside a run folder of `lra train` ({config_file} is missing: "
                                 "it holds the model and data settings the evaluation rebuilds)")
@@ -72,6 +77,23 @@ def _never_trained(run_dir: Path) -> str | None:
     if record.get("status") in (None, "completed") or record.get("steps"):
         return None
     return f"its record says {record.get('status')}: {record.get('error') or 'no reason given'}"
+
+
+def _record_only(run_dir: Path) -> str | None:
+    """What the record of a run that trained says of its result (status, step, test accuracy), when
+    the folder holds the record but not the run's files; or None."""
+    from lra.records import RECORD_NAME, read_record
+
+    try:
+        record = read_record(run_dir / RECORD_NAME)
+    except (OSError, ValueError):
+        return None
+    steps, test = record.get("steps"), record.get("test_acc")
+    said = [f"{record.get('status', 'no status')} after {steps:,} steps" if isinstance(steps, int) else
+            str(record.get("status", "no status"))]
+    if isinstance(test, (int, float)):
+        said.append(f"test accuracy {100 * test:.2f} %")
+    return "its record says " + ", ".join(said)
 
 
 def run_config(run_dir: Path) -> RunConfig:

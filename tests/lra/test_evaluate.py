@@ -83,6 +83,22 @@ def test_a_run_that_never_trained_says_why(tmp_path, capsys):
            "retrieval (get the LRA release)" in err and "Traceback" not in err
 
 
+def test_a_copied_record_without_the_run_says_what_it_holds(tmp_path, capsys):
+    """A committed run record (result.json alone, as under results/lra/runs/): the evaluation says what
+    the record holds and what evaluating again needs, instead of "not inside a run folder"."""
+    from lra.records import write_record
+
+    folder = tmp_path / "results" / "pathfinder32" / "flash" / "paper-n1024-s1-7d5ddbca"
+    folder.mkdir(parents=True)
+    write_record(folder / "result.json", {"task": "pathfinder32", "attention": "flash", "status": "completed",
+                                          "steps": 62400, "test_acc": 0.8238})
+    assert main(["eval", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert ("holds a run's record (result.json) without the run's files, as the committed results do: its record "
+            "says completed after 62,400 steps, test accuracy 82.38 %; evaluating it again needs the run folder "
+            "where it trained (config.yaml and checkpoints/)") in err and "Traceback" not in err
+
+
 def test_bad_targets_are_clear_errors(finished_run, tmp_path, capsys):
     run_dir, _ = finished_run
     with pytest.raises(FileNotFoundError, match="no such run folder or checkpoint"):
