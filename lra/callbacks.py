@@ -347,6 +347,41 @@ class StopAt(pl.Callback):
             raise KeyboardInterrupt(f"${STOP_AT_ENV} reached")
 
 
+class SigtermStopsAllRanks(pl.Callback):
+    """Under DDP, a SIGTERM to any rank (a scheduler's preemption or time limit, `kill`, the sweep)
+    stops every rank at the same optimizer step, every `StopAt.DDP_EVERY` steps, as one collective
+    decision; the run then ends as on a single process (SIGTERMException: record `interrupted`,
+    `--resume` continues from the last checkpoint). Single-process runs keep Lightning's own stop.
+
+    Lightning 2.6 lacks this: its SIGTERM handler broadcasts from inside the signal handler and each
+    rank then stops on its own flag, so the ranks stop at different steps and the run hangs in a
+    collective or dies of a closed connection (Lightning-AI/pytorch-lightning#20806). Here its
+    handler is switched off (the handler of `lra.term_signal.ending_on_sigterm`, which Lightning calls
+    after its own, notes the signal) and no rank stops but by the shared decision."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._last_step = None
+        if trainer.world_size > 1:  # before the fit registers its handlers, which read this attribute
+            trainer._signal_connector._sigterm_notifier_fn = _note_only
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
+        from lra.term_signal import sigterm_received
+
+        stepped = trainer.global_step != self._last_step   # at optimizer-step boundaries only (see StopAt)
+        self._last_step = trainer.global_step
+        if trainer.world_size < 2 or not stepped or trainer.global_step % StopAt.DDP_EVERY:
+            return
+        if trainer.strategy.reduce_boolean_decision(sigterm_received(), all=False):
+            from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+            rank_zero_info(f"SIGTERM: every rank stops at step {trainer.global_step} (resume with --resume)")
+            raise SIGTERMException()
+
+
+def _note_only(signum, frame) -> None:
+    """Lightning's SIGTERM notifier under DDP, switched off (see SigtermStopsAllRanks)."""
+
+
 def trained_batches(trainer: pl.Trainer) -> int | None:
     """Training batches of the current epoch trained on (forward, backward, optimizer) by now; None
     where Lightning's progress counters are not available. A batch whose `on_train_batch_end` ran

@@ -10,7 +10,8 @@ another of the sweep's threads.
 `ending_on_sigterm` installs the handler that Lightning finds and calls after its own: inside a fit
 it leaves the stop to Lightning; outside one (the record writing around it, the test) the first SIGTERM raises
 KeyboardInterrupt, which the run records as interrupted; every later SIGTERM is ignored until the
-block ends.
+block ends. `sigterm_received` says whether one came: under DDP, where Lightning's own stop is
+switched off, `lra.callbacks.SigtermStopsAllRanks` stops every rank at one step from it.
 """
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ class _TermHandler:
             raise KeyboardInterrupt("SIGTERM")
 
 
+_active: list[_TermHandler] = []   # the handlers of the `ending_on_sigterm` blocks open now, innermost last
+
+
+def sigterm_received() -> bool:
+    """Whether a SIGTERM came within the innermost `ending_on_sigterm` block open now."""
+    return bool(_active) and _active[-1].received
+
+
 @contextlib.contextmanager
 def ending_on_sigterm() -> Iterator[None]:
     """Within the block a SIGTERM interrupts (once) rather than kills; off the main thread a no-op
@@ -38,8 +47,11 @@ def ending_on_sigterm() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _TermHandler())
+    handler = _TermHandler()
+    previous = signal.signal(signal.SIGTERM, handler)
+    _active.append(handler)
     try:
         yield
     finally:
+        _active.remove(handler)
         signal.signal(signal.SIGTERM, previous)

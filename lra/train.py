@@ -42,8 +42,8 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra import provenance
 from lra.checkpoint_transfer import InitialWeights, check_compatible, read_checkpoint
-from lra.callbacks import (STOP_AT_ENV, Diverged, RngState, SaveOnInterrupt, StopAt, StopOnDivergence, TrainingStats,
-                           ValidateAtEnd)
+from lra.callbacks import (STOP_AT_ENV, Diverged, RngState, SaveOnInterrupt, SigtermStopsAllRanks, StopAt,
+                           StopOnDivergence, TrainingStats, ValidateAtEnd)
 from lra.checkpoints import CHECKPOINT_DIR, LAST, AtomicCheckpointIO, checkpoint_callback
 from lra.config import RunConfig, parse_devices
 from lra.data_check import check_data
@@ -222,7 +222,7 @@ def build_trainer(config: RunConfig, runtime: Runtime, run_dir: Path, *, progres
     stats = TrainingStats(warmup_steps=t.throughput_warmup_steps, monitor=MONITOR, verbose=not progress_bar)
     best = checkpoint_callback(ckpt_dir, MONITOR)
     cbs = [StopOnDivergence(), stats, best, ValidateAtEnd(t.val_check_interval), SaveOnInterrupt(ckpt_dir / LAST),
-           RngState(),
+           RngState(), SigtermStopsAllRanks(),
            LearningRateMonitor(logging_interval="step"), *callbacks]
     cbs.append(StepProgressBar() if progress_bar else StepLines())
     loggers = [CSVLogger(save_dir=run_dir, name="logs")]

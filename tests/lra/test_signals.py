@@ -54,3 +54,30 @@ def test_a_signal_ends_the_run_interrupted_and_resumable(tmp_path, sig):
     again = json.loads((last.parent.parent / "result.json").read_text())
     assert again["status"] == "interrupted" and again["steps"] > steps, out[-3000:]
     assert "Restoring states from the checkpoint" in out
+
+
+@pytest.mark.cpu_machine("two CPU processes with gloo; Lightning would pick the GPU")
+def test_a_sigterm_under_ddp_stops_every_rank_at_one_step(tmp_path):
+    """DDP with two processes, SIGTERM to the launching rank only (`kill`, `timeout`, the sweep): every
+    rank stops at the same step, by a collective decision, and the run ends `interrupted`. With
+    Lightning's own handling the ranks stopped at different steps: the run hung in a collective
+    (its record still `running`) or died of a closed connection."""
+    proc = _train(tmp_path, "--devices", "2", "--strategy", "ddp")
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if list((tmp_path / "runs").glob("listops/softmax/*/checkpoints/last.ckpt")):
+            break
+        time.sleep(0.5)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the DDP run did not end after SIGTERM") from None
+    record = json.loads(next((tmp_path / "runs").glob("listops/softmax/*/result.json")).read_text())
+    assert record["status"] == "interrupted" and record["error"] == "interrupted (SIGTERMException)", out[-3000:]
+    from lra.callbacks import StopAt
+
+    assert record["steps"] > 0 and record["steps"] % StopAt.DDP_EVERY == 0, out[-3000:]
+    assert f"SIGTERM: every rank stops at step {record['steps']}" in out
