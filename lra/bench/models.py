@@ -477,14 +477,14 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
     return f"{type(err).__name__}: {text[:limit]}"
 
 
-def _unsupported_row(cell: Cell, device, options: dict) -> dict | None:
+def _unsupported_row(cell: Cell, device, options: dict, attention_dropout: float) -> dict | None:
     """The `unsupported` row of a cell the registry says cannot run here, or None."""
     from lra import attention as registry
 
     if cell.model == "user":
         from lra.bench.user_model import support
 
-        ok, reason = support(cell.attention, device, options)
+        ok, reason = support(cell.attention, device, options, attention_dropout)
         return None if ok else _row(cell, "unsupported", reason)
 
     ok, reason = registry.can_run(cell.attention, device, options)
@@ -525,7 +525,7 @@ def _failure(err: BaseException) -> tuple[str, str]:
 def run_cell(cell: Cell, *, device, options: dict, steps: int, warmup: int, grad_clip: float, seed: int,
              attention_dropout: float = 0.1, profile_dir: Path | None = None, compile_mode: str = "default") -> dict:
     """Measure one cell and turn every outcome into a CSV row."""
-    unsupported = _unsupported_row(cell, device, options)
+    unsupported = _unsupported_row(cell, device, options, attention_dropout)
     if unsupported is not None:
         return unsupported
     outcome, failure = None, None
@@ -554,7 +554,7 @@ def run_interleaved(cells: list[Cell], *, device, options: dict, steps: int, war
     rows: dict[tuple, dict] = {}
     runnable = []
     for cell in cells:
-        unsupported = _unsupported_row(cell, device, options.get(cell.attention, {}))
+        unsupported = _unsupported_row(cell, device, options.get(cell.attention, {}), attention_dropout)
         if unsupported is not None:
             rows[cell.key] = unsupported
         else:

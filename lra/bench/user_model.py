@@ -60,17 +60,18 @@ def attention_function(name: str, dropout: float, backend: str = "auto"):
     raise ValueError(f"the user's own model has no attention {name!r}: use one of {', '.join(USER_ATTENTIONS)}")
 
 
-def support(name: str, device: torch.device, options: dict) -> tuple[bool, str]:
-    """(can run, reason) of a user-model attention on ``device`` with ``options`` (only ``backend`` of sdpa)."""
+def support(name: str, device: torch.device, options: dict, dropout: float = 0.0) -> tuple[bool, str]:
+    """(can run, reason) of a user-model attention on ``device`` with ``options`` (only ``backend`` of sdpa)
+    and attention dropout ``dropout`` in training."""
     from baselines.sdpa import sdpa_backend_support
 
     unknown = sorted(set(options) - ({"backend"} if name == "sdpa" else set()))
     if unknown:
         return False, f"the user's model takes no option {unknown[0]!r} for {name} (sdpa takes backend=...)"
     if name == "sdpa":
-        return sdpa_backend_support(options.get("backend", "auto"), device)
+        return sdpa_backend_support(options.get("backend", "auto"), device, dropout)
     if name == "sdpa_flash":
-        return sdpa_backend_support("flash", device)
+        return sdpa_backend_support("flash", device, dropout)
     return True, ""
 
 

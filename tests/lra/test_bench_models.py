@@ -342,7 +342,7 @@ class _FakeWorkload:
 
 def test_interleaved_rounds_rotate_and_failures_stay_per_cell(monkeypatch):
     monkeypatch.setattr(models, "Workload", _FakeWorkload)
-    monkeypatch.setattr(models, "_unsupported_row", lambda cell, device, options: None)  # names not registered
+    monkeypatch.setattr(models, "_unsupported_row", lambda cell, device, options, dropout: None)  # names not registered
     _FakeWorkload.log = []
     cells = [models.Cell(name, 64, "custom", 128, False) for name in ("a", "boom", "b")]
     results = models.measure_interleaved(cells, device=torch.device("cpu"), options={}, steps=5, warmup=2,
@@ -411,6 +411,22 @@ def test_user_model_calls_the_attention_on_strided_views_and_matches_the_referen
     with pytest.raises(ValueError, match="no attention 'performer'"):
         user_model.attention_function("performer", 0.0)
     assert user_model.support("flash", torch.device("cpu"), {"backend": "x"})[0] is False
+
+
+def test_a_user_model_cell_sdpa_cannot_run_is_unsupported_before_it_runs(tmp_path, one_thread):
+    """SDPA's flash back-end on the CPU has no dropout: with the user's model's attention dropout the
+    cell is `unsupported` with the reason, not an `error` of "No available kernel" after warnings."""
+    from lra.bench import user_model
+
+    cpu = torch.device("cpu")
+    ok, reason = user_model.support("sdpa_flash", cpu, {}, dropout=0.1)
+    assert not ok and "without attention dropout" in reason
+    assert user_model.support("sdpa_flash", cpu, {}, dropout=0.0)[0] is True
+    out = tmp_path / "user.csv"
+    assert models.run(parse(*TINY, "--model", "user", "--attentions", "sdpa_flash", "--device", "cpu",
+                            "--out", out)) == 0
+    row = pd.read_csv(out).iloc[0]
+    assert row["status"] == "unsupported" and "without attention dropout" in row["note"]
 
 
 def test_user_model_tiny_cpu_run(tmp_path, one_thread):
