@@ -487,7 +487,7 @@ def _unsupported_row(cell: Cell, device, options: dict, attention_dropout: float
         ok, reason = support(cell.attention, device, options, attention_dropout)
         return None if ok else _row(cell, "unsupported", reason)
 
-    ok, reason = registry.can_run(cell.attention, device, options)
+    ok, reason = registry.can_run(cell.attention, device, {**options, "dropout": attention_dropout})
     if not ok:
         return _row(cell, "unsupported", reason)
     shortest = registry.min_supported_len(cell.attention, options)

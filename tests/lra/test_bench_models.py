@@ -413,9 +413,9 @@ def test_user_model_calls_the_attention_on_strided_views_and_matches_the_referen
     assert user_model.support("flash", torch.device("cpu"), {"backend": "x"})[0] is False
 
 
-def test_a_user_model_cell_sdpa_cannot_run_is_unsupported_before_it_runs(tmp_path, one_thread):
-    """SDPA's flash back-end on the CPU has no dropout: with the user's model's attention dropout the
-    cell is `unsupported` with the reason, not an `error` of "No available kernel" after warnings."""
+def test_a_cell_sdpa_cannot_run_is_unsupported_before_it_runs(tmp_path, one_thread):
+    """SDPA's flash back-end on the CPU has no dropout: with the models' attention dropout the cell is
+    `unsupported` with the reason, not an `error` ("No available kernel") after PyTorch's warnings."""
     from lra.bench import user_model
 
     cpu = torch.device("cpu")
@@ -427,6 +427,11 @@ def test_a_user_model_cell_sdpa_cannot_run_is_unsupported_before_it_runs(tmp_pat
                             "--out", out)) == 0
     row = pd.read_csv(out).iloc[0]
     assert row["status"] == "unsupported" and "without attention dropout" in row["note"]
+    # the project's model: sdpa pinned to that back-end, with the paper model's attention dropout
+    out = tmp_path / "lra.csv"
+    assert models.run(parse(*TINY, "--attentions", "sdpa", "--options", "sdpa.backend=flash", "--device", "cpu",
+                            "--out", out)) == 0
+    assert set(pd.read_csv(out)["status"]) == {"unsupported"}
 
 
 def test_user_model_tiny_cpu_run(tmp_path, one_thread):
