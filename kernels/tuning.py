@@ -289,7 +289,8 @@ def _listed(values: list[str]) -> list[str]:
 
 
 def _length(text: str) -> int:
-    """A sequence length: a number of tokens (4096) or of 1K (4K)."""
+    """A sequence length: a number of tokens (4096) or of 1K (4K), as `lra.seq_len` reads them (the
+    kernels do not import lra)."""
     match = re.fullmatch(r"(\d+)([kK]?)", text)
     if not match or int(match.group(1)) < 1:
         raise ValueError(f"bad sequence length {text!r}: use a number of tokens (4096) or a multiple of 1K (4K)")

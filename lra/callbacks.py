@@ -293,6 +293,15 @@ class RngState(pl.Callback):
 STOP_AT_ENV = "LRA_STOP_AT"
 
 
+def _optimizer_stepped(callback: pl.Callback, trainer: pl.Trainer) -> bool:
+    """Whether the batch that just ended stepped the optimizer (``callback._last_step`` keeps the step
+    seen last). Stops happen only there: with gradient accumulation, a stop after a micro-batch that
+    did not step would lose its gradients (the checkpoint holds no .grad)."""
+    stepped = trainer.global_step != getattr(callback, "_last_step", None)
+    callback._last_step = trainer.global_step
+    return stepped
+
+
 class StopAt(pl.Callback):
     """Interrupt a fit at the first optimizer-step boundary at or after `deadline` (Unix seconds), as
     Ctrl-C would: `SaveOnInterrupt` writes last.ckpt at that step, the record says "interrupted" and
@@ -329,11 +338,7 @@ class StopAt(pl.Callback):
         self._last_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
-        # Only at an optimizer-step boundary: with gradient accumulation, a stop after a micro-batch
-        # that did not step would lose its gradients (the checkpoint holds no .grad).
-        stepped = trainer.global_step != getattr(self, "_last_step", None)
-        self._last_step = trainer.global_step
-        if not stepped:
+        if not _optimizer_stepped(self, trainer):
             return
         if trainer.world_size > 1:
             if trainer.global_step % self.DDP_EVERY:
@@ -360,16 +365,17 @@ class SigtermStopsAllRanks(pl.Callback):
     after its own, notes the signal) and no rank stops but by the shared decision."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._last_step = None
         if trainer.world_size > 1:  # before the fit registers its handlers, which read this attribute
             trainer._signal_connector._sigterm_notifier_fn = _note_only
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._last_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
         from lra.term_signal import sigterm_received
 
-        stepped = trainer.global_step != self._last_step   # at optimizer-step boundaries only (see StopAt)
-        self._last_step = trainer.global_step
-        if trainer.world_size < 2 or not stepped or trainer.global_step % StopAt.DDP_EVERY:
+        stepped = _optimizer_stepped(self, trainer)
+        if not stepped or trainer.world_size < 2 or trainer.global_step % StopAt.DDP_EVERY:
             return
         if trainer.strategy.reduce_boolean_decision(sigterm_received(), all=False):
             from pytorch_lightning.utilities.exceptions import SIGTERMException

@@ -51,10 +51,11 @@ def locate(target: str | Path, which: str = "best") -> tuple[Path, Path]:
 def _config_file(run_dir: Path, checkpoint: Path | None = None) -> Path:
     config_file = run_dir / "config.yaml"
     if not config_file.is_file():
-        never = _never_trained(run_dir)
+        record = _record(run_dir)
+        never = _never_trained(record)
         if never:
             raise FileNotFoundError(f"{run_dir}: this run never trained, so there is nothing to evaluate; {never}")
-        copied = _record_only(run_dir)
+        copied = _record_only(record)
         if copied:
             raise FileNotFoundError(f"{run_dir} holds a run's record (result.json) without the run's files, as the "
                                     f"committed results do: {copied}; evaluating it again needs the run folder "
@@ -65,28 +66,28 @@ def _config_file(run_dir: Path, checkpoint: Path | None = None) -> Path:
     return config_file
 
 
-def _never_trained(run_dir: Path) -> str | None:
-    """What the record of a run that ended before training says (e.g. a sweep cell whose data was
-    missing: a `failed` record and nothing else), or None."""
+def _record(run_dir: Path) -> dict | None:
+    """The run record in ``run_dir`` (result.json), or None when there is none or it is unreadable."""
     from lra.records import RECORD_NAME, read_record
 
     try:
-        record = read_record(run_dir / RECORD_NAME)
+        return read_record(run_dir / RECORD_NAME)
     except (OSError, ValueError):
         return None
-    if record.get("status") in (None, "completed") or record.get("steps"):
+
+
+def _never_trained(record: dict | None) -> str | None:
+    """What the record of a run that ended before training says (e.g. a sweep cell whose data was
+    missing: a `failed` record and nothing else), or None."""
+    if record is None or record.get("status") in (None, "completed") or record.get("steps"):
         return None
     return f"its record says {record.get('status')}: {record.get('error') or 'no reason given'}"
 
 
-def _record_only(run_dir: Path) -> str | None:
-    """What the record of a run that trained says of its result (status, step, test accuracy), when
-    the folder holds the record but not the run's files; or None."""
-    from lra.records import RECORD_NAME, read_record
-
-    try:
-        record = read_record(run_dir / RECORD_NAME)
-    except (OSError, ValueError):
+def _record_only(record: dict | None) -> str | None:
+    """What the record of a run that trained says of its result (status, step, test accuracy), for a
+    folder that holds the record but not the run's files; or None without a record."""
+    if record is None:
         return None
     steps, test = record.get("steps"), record.get("test_acc")
     said = [f"{record.get('status', 'no status')} after {steps:,} steps" if isinstance(steps, int) else
