@@ -93,8 +93,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """Lightning's ModelCheckpoint with two things it lacks:
+    """Lightning's ModelCheckpoint with three things it lacks:
 
+    - the best checkpoint holds the weights only (Lightning's `save_weights_only` applies to last.ckpt
+      too, which resuming needs whole): testing, `lra eval` and `--init-from` read nothing else, and
+      without the optimizer's moments and the callbacks' states it is a third of last.ckpt's size,
+      which is what a run tree carried to another machine mostly consists of;
     - last.ckpt at every validation: Lightning's `save_last` refreshes it only when a new top-k
       checkpoint is saved, so a run killed without a graceful stop (SIGKILL, a lost machine) would
       resume from its best step instead of its last validation;
@@ -107,6 +111,10 @@ class RunCheckpoint(ModelCheckpoint):
         super().on_validation_end(trainer, pl_module)
         if not self._should_skip_saving_checkpoint(trainer):  # nothing was saved at this step
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        self.save_weights_only = Path(filepath).name != LAST  # read by Lightning's _save_checkpoint
+        super()._save_checkpoint(trainer, filepath)
 
     def load_state_dict(self, state_dict: dict) -> None:
         saved = state_dict.get("dirpath")

@@ -2,8 +2,8 @@
 checkpoint -> `runs/<task>/<attention>/<run-id>/result.json`.
 
 The run folder holds `config.yaml` (the resolved config and data spec), `logs/` (CSV, and
-TensorBoard when installed), `checkpoints/` (`best-*.ckpt` by validation accuracy and `last.ckpt`,
-written at every validation, on an interruption and at the end) and `result.json`, written
+TensorBoard when installed), `checkpoints/` (`best-*.ckpt` by validation accuracy, its weights, and
+`last.ckpt`, the full training state, written at every validation, on an interruption and at the end) and `result.json`, written
 atomically: `running` when training starts, then `completed`, `interrupted` (Ctrl-C, SIGTERM, the
 deadline below: resumable), `diverged` (the loss stopped being finite), `failed` (with the error text)
 or `oom` (out of GPU or host memory). `--resume` continues from `last.ckpt` to the same final step
@@ -473,7 +473,7 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
                   f"{provenance.device_name()} ({runtime.precision}"
                   f"{', compiled' if runtime.compile else ''}) -> {run_dir}", flush=True)
         trainer.fit(module, datamodule=dm, ckpt_path=resume_from, **_OWN_CHECKPOINT)
-        # Testing restores the best checkpoint, callback states included: take the summary first.
+        # Testing restores the best checkpoint's weights: take the summary of the fit first.
         summary = stats.summary()
         trainer.save_checkpoint(last, weights_only=False)  # the final state (a stop may follow the last validation)
         best_path = best.best_model_path or None

@@ -261,6 +261,27 @@ def test_a_moved_run_tree_resumes_with_its_best_checkpoint_state(tmp_path, data_
     assert best[0].name == f"best-step{first_top}.ckpt", (best[0].name, curve)
 
 
+def test_the_best_checkpoint_holds_the_weights_and_last_ckpt_the_training_state(tmp_path, data_dir):
+    """Only last.ckpt is resumed from, so only it carries the optimizer's moments and the callbacks'
+    states; the best checkpoint, which testing, `lra eval` and `--init-from` read for its weights,
+    carries the weights (and the config that rebuilds the model), at a fraction of the size."""
+    from lra.checkpoints import load_checkpoint, run_checkpoint
+    from lra.evaluate import evaluate
+
+    config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
+                     overrides=[*FAST, "train.max_steps=12", "train.val_check_interval=3"])
+    rec = train(config, progress_bar=False)
+    assert rec["status"] == "completed" and rec["test_acc"] is not None
+    best_path, last_path = run_checkpoint(config.run_dir(), "best"), run_checkpoint(config.run_dir(), "last")
+    best, last = load_checkpoint(best_path), load_checkpoint(last_path)
+    assert "optimizer_states" not in best and "callbacks" not in best
+    assert last["optimizer_states"] and last["callbacks"]
+    assert best["state_dict"].keys() == last["state_dict"].keys() and best["hyper_parameters"]
+    assert best_path.stat().st_size < 0.6 * last_path.stat().st_size
+    again = evaluate(config.run_dir(), split="test")
+    assert again["accuracy"] == pytest.approx(rec["test_acc"]) and again["step"] == best["global_step"]
+
+
 def test_ctrl_c_saves_the_step_and_records_the_interruption(tmp_path, data_dir):
     config = resolve("listops", "softmax", preset="smoke", seq_len=64, runs_dir=tmp_path, data_dir=data_dir,
                      overrides=FAST)
