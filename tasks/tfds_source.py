@@ -9,7 +9,9 @@ what to put where, instead of tfds's minutes of retries ending in a connection e
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import socket
 import threading
 import urllib.request
@@ -58,14 +60,29 @@ def unreachable(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> str |
     return outcome[0] if outcome else f"no answer within {timeout:.0f} s"
 
 
+@contextlib.contextmanager
+def _quiet_absl():
+    """Without the absl warning tfds logs while it looks for a data set not prepared yet ("Variant
+    folder ... has no dataset_info.json"): :func:`prepare` says itself what is missing and where."""
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        absl.setLevel(level)
+
+
 def prepare(name: str, data_dir: Path, otherwise: str = "") -> None:
     """Download and prepare `name` once (rank 0, before training); nothing when tfds has it prepared.
     Raises FileNotFoundError, saying what to put where (``otherwise``: the task's other way to get
     the data), when the download server cannot be reached or the download fails."""
     tfds = require()
-    builder = tfds.builder(name, data_dir=tfds_dir(data_dir))
-    if builder.is_prepared():
-        return
+    with _quiet_absl():
+        builder = tfds.builder(name, data_dir=tfds_dir(data_dir))
+        if builder.is_prepared():
+            return
+        where = builder.data_dir
     target = Path(data_dir) / "tensorflow_datasets"
     how = (f"Prepare it where there is a network (python -c \"import tensorflow_datasets as tfds; "
            f"tfds.builder('{name}').download_and_prepare()\") and copy its folder ({name}/ of "
@@ -74,12 +91,12 @@ def prepare(name: str, data_dir: Path, otherwise: str = "") -> None:
     if server is not None and not urllib.request.getproxies():  # through a proxy, tfds tries itself
         problem = unreachable(*server)
         if problem is not None:
-            raise FileNotFoundError(f"tfds '{name}' is not prepared in {builder.data_dir} and its download server "
+            raise FileNotFoundError(f"tfds '{name}' is not prepared in {where} and its download server "
                                     f"{server[0]} cannot be reached from here ({problem}). {how}.")
     try:
         builder.download_and_prepare()
     except OSError as err:  # requests' connection errors are OSErrors too
-        raise FileNotFoundError(f"tfds could not download and prepare '{name}' in {builder.data_dir}: {err}. "
+        raise FileNotFoundError(f"tfds could not download and prepare '{name}' in {where}: {err}. "
                                 f"{how}.") from err
 
 

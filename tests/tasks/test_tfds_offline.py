@@ -47,6 +47,20 @@ def test_an_unreachable_server_stops_before_any_download(empty_data_dir, no_down
     assert text.endswith("; or put aclImdb/ under the data dir.")
 
 
+def test_missing_data_is_said_once_without_tfds_warnings(empty_data_dir, no_download, monkeypatch, capfd, caplog):
+    """tfds logs a warning of its own for a data set it has not prepared ("Variant folder ... has no
+    dataset_info.json"); the error that follows says it all, so nothing else is printed."""
+    import logging
+
+    monkeypatch.setattr(tfds_source, "unreachable", lambda host, port: NO_NAME)
+    with caplog.at_level(logging.WARNING), pytest.raises(FileNotFoundError, match="is not prepared"):
+        tfds_source.prepare("imdb_reviews", empty_data_dir)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    captured = capfd.readouterr()
+    assert "dataset_info" not in captured.err + captured.out
+    assert logging.getLogger("absl").level < logging.ERROR  # the logger is left as it was
+
+
 def test_a_failed_download_says_what_to_put_where(empty_data_dir, monkeypatch):
     import requests
 
