@@ -130,10 +130,17 @@ class Evaluation:
 
     run_dir: Path
     checkpoint: Path
-    config: RunConfig            # the run's config.yaml with the evaluation's changes
+    config: RunConfig            # the run's config.yaml with the evaluation's changes (its data sizes kept)
     split: str
     trained_attention: str
     overrides: dict              # the changes asked for: attention, data_dir, limit, batch_size
+    limit: int | None = None     # evaluate the first `limit` examples of the split
+
+    @property
+    def examples_limit(self) -> int | None:
+        """How many examples of the split at most: `limit`, within the run's own `data.limit_eval`."""
+        limits = [n for n in (self.limit, self.config.data.limit_eval) if n is not None]
+        return min(limits) if limits else None
 
 
 def plan_evaluation(target: str | Path, *, which: str = "best", split: str = "test", attention: str | None = None,
@@ -159,8 +166,6 @@ def plan_evaluation(target: str | Path, *, which: str = "best", split: str = "te
         config.attention_options = {}
     if data_dir is not None:
         config.data.data_dir = data_dir
-    if limit is not None:
-        config.data.limit_eval = limit
     if batch_size is not None:
         config.train.batch_size = batch_size
     if compile is not None:
@@ -169,7 +174,10 @@ def plan_evaluation(target: str | Path, *, which: str = "best", split: str = "te
     config.train.init_from = None
     overrides = {k: v for k, v in {"attention": attention, "data_dir": data_dir, "limit": limit,
                                    "batch_size": batch_size}.items() if v is not None}
-    return Evaluation(run_dir, checkpoint, config, split, trained_attention, overrides)
+    # `limit` takes the first examples of the run's own split; it does not go into data.limit_eval,
+    # which also sizes generated data: a smaller generated ListOps set is another data set, whose test
+    # rows are the run's validation rows
+    return Evaluation(run_dir, checkpoint, config, split, trained_attention, overrides, limit)
 
 
 def evaluate(target: str | Path, *, which: str = "best", split: str = "test", attention: str | None = None,
@@ -177,7 +185,8 @@ def evaluate(target: str | Path, *, which: str = "best", split: str = "test", at
              devices: str | None = None, compile: bool | None = None, progress_bar: bool | None = None) -> dict:
     """Evaluate one checkpoint; returns a dict: run, checkpoint, step, split, examples, accuracy, loss,
     task, attention (the one evaluated), trained_attention, seq_len, precision, device, versions,
-    git_rev, date, config_overrides."""
+    git_rev, date, config_overrides, data (source, id and description of the data read, and
+    run_data_id, the id of the data in the run's record)."""
     planned = plan_evaluation(target, which=which, split=split, attention=attention, data_dir=data_dir, limit=limit,
                               batch_size=batch_size, devices=devices, compile=compile)
     return run_evaluation(planned, progress_bar=progress_bar)
@@ -192,6 +201,8 @@ def run_evaluation(planned: Evaluation, *, progress_bar: bool | None = None) -> 
     config, split = planned.config, planned.split
     runtime = resolve_runtime(config)
     dm, module, spec = prepare(config, runtime)
+    if planned.limit is not None:
+        dm.limit_evaluation(planned.limit)
     step = load_weights(module, planned.checkpoint)
 
     import pytorch_lightning as pl
@@ -206,6 +217,9 @@ def run_evaluation(planned: Evaluation, *, progress_bar: bool | None = None) -> 
     loaders = trainer.test_dataloaders if split == "test" else trainer.val_dataloaders
     loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
     examples = len(loader.dataset)
+    data = {key: value for key, value in dm.data_record().items() if key in ("source", "id", "description")}
+    trained_on = ((_record(planned.run_dir) or {}).get("data") or {}).get("id")
+    data["run_data_id"] = trained_on  # the data the run trained and was tested on (None: not recorded)
     return {
         "run": str(planned.run_dir), "checkpoint": str(planned.checkpoint), "step": step, "split": split,
         "examples": examples, "accuracy": float(metrics[f"{split}/acc"]), "loss": float(metrics[f"{split}/loss"]),
@@ -213,5 +227,5 @@ def run_evaluation(planned: Evaluation, *, progress_bar: bool | None = None) -> 
         "seq_len": config.data.seq_len, "precision": runtime.precision, "device": provenance.device_name(),
         "versions": provenance.versions(), "git_rev": provenance.git_revision(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "config_overrides": planned.overrides,
+        "config_overrides": planned.overrides, "data": data,
     }

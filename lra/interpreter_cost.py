@@ -50,11 +50,12 @@ def estimate_seconds(config) -> float:
                                            + eval_sequences * SECONDS_PER_SCORE_EVAL)
 
 
-def estimate_eval_seconds(config) -> float:
-    """Seconds of attention work of one evaluation through the interpreter: data.limit_eval examples,
-    or DEFAULT_EVAL_EXAMPLES when it is not set (as many as ListOps' test split, the smallest of the
-    tasks' full splits)."""
-    return _scores_per_sequence(config) * (config.data.limit_eval or DEFAULT_EVAL_EXAMPLES) * SECONDS_PER_SCORE_EVAL
+def estimate_eval_seconds(config, examples: int | None = None) -> float:
+    """Seconds of attention work of one evaluation through the interpreter: `examples` (default
+    data.limit_eval) examples, or DEFAULT_EVAL_EXAMPLES when neither is set (as many as ListOps' test
+    split, the smallest of the tasks' full splits)."""
+    examples = examples or config.data.limit_eval or DEFAULT_EVAL_EXAMPLES
+    return _scores_per_sequence(config) * examples * SECONDS_PER_SCORE_EVAL
 
 
 def human_duration(seconds: float) -> str:
@@ -81,17 +82,19 @@ def long_run_warning(config, cuda: bool, limit_s: float = LIMIT_S) -> str | None
             f"about {human_duration(seconds)} of attention alone")
 
 
-def long_eval_warning(config, cuda: bool, split: str, limit_s: float = LIMIT_S) -> str | None:
-    """A one-line description of an evaluation (`lra eval`) that would spend more than `limit_s` in
-    the interpreter, else None."""
+def long_eval_warning(config, cuda: bool, split: str, limit_s: float = LIMIT_S,
+                      examples: int | None = None) -> str | None:
+    """A one-line description of an evaluation (`lra eval`) of `examples` examples (default
+    data.limit_eval) that would spend more than `limit_s` in the interpreter, else None."""
     if not runs_through_interpreter(config, cuda):
         return None
-    seconds = estimate_eval_seconds(config)
+    examples = examples or config.data.limit_eval
+    seconds = estimate_eval_seconds(config, examples)
     if seconds <= limit_s:
         return None
     tokens = config.data.seq_len or "the task's"
-    if config.data.limit_eval:
-        examples, about = f"the first {config.data.limit_eval:,} examples of the {split} split", "about"
+    if examples:
+        examples, about = f"the first {examples:,} examples of the {split} split", "about"
     else:
         examples, about = f"the {split} split, {DEFAULT_EVAL_EXAMPLES:,} examples or more", "at least"
     return (f"{config.task}/{config.attention} (preset {config.preset}, {tokens} tokens, {examples}): its Triton "

@@ -281,6 +281,12 @@ class LraDataModule(pl.LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
         self.split_sizes: dict[str, int] = {}
 
+    def limit_evaluation(self, n: int) -> None:
+        """Validate and test on at most the first `n` examples of the same splits (set before `setup`)."""
+        for split in ("val", "test"):
+            self.limits[split] = min(n, self.limits[split]) if self.limits[split] is not None else n
+            self.datasets.pop(split, None)
+
     def prepare_data(self) -> None:
         self.source.prepare()
 

@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--attention", default=None,
                         help="evaluate with another exact attention (e.g. sdpa for a flash run on a CPU)")
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: the run's)")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N examples of the split")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N examples of the split (of the data set the run read)")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the run's")
     parser.add_argument("--devices", default=None, help="Lightning devices (default: 1)")
     parser.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction, default=None,
@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{result['task']}/{result['attention']} {result['split']} accuracy {result['accuracy']:.2%} "
           f"(loss {result['loss']:.4f}) on {result['examples']:,} examples; checkpoint {result['checkpoint']} "
           f"(step {result['step']})")
+    data = result["data"]
+    if data["run_data_id"] and data["id"] != data["run_data_id"]:
+        print(f"  data {data['id']} ({data['description']}) is not the data of the run's record "
+              f"({data['run_data_id']}): this accuracy is not comparable with the run's")
     if args.out:
         path = atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
         print(f"  wrote {path}")
@@ -77,7 +81,7 @@ def _long_on_this_machine(planned) -> str | None:
     from lra.train import resolve_runtime
 
     config = planned.config
-    warning = long_eval_warning(config, resolve_runtime(config).cuda, planned.split)
+    warning = long_eval_warning(config, resolve_runtime(config).cuda, planned.split, examples=planned.examples_limit)
     if not warning:
         return None
     instead = "--limit N (the first N examples)"

@@ -54,9 +54,26 @@ def test_another_exact_attention_gives_the_same_predictions(finished_run):
         evaluate(run_dir, attention="performer", progress_bar=False)
 
 
-def test_limit_evaluates_the_first_examples(finished_run):
-    run_dir, _ = finished_run
-    assert evaluate(run_dir, limit=8, progress_bar=False)["examples"] == 8
+def test_limit_evaluates_the_first_examples_of_the_runs_own_split(finished_run, monkeypatch):
+    """--limit N reads the first N examples of the data the run was tested on. Sizing generated ListOps
+    by N instead would make another data set, whose test rows are the run's validation rows."""
+    from tasks.base import LraDataModule
+
+    run_dir, record = finished_run
+    read = {}
+    setup = LraDataModule.setup
+
+    def spy(self, stage=None):
+        setup(self, stage)
+        read.update(self.datasets)
+
+    monkeypatch.setattr(LraDataModule, "setup", spy)
+    whole = evaluate(run_dir, progress_bar=False)
+    first = [read["test"][i]["input_ids"] for i in range(8)]
+    result = evaluate(run_dir, limit=8, progress_bar=False)
+    assert result["examples"] == 8 and len(read["test"]) == 8
+    assert all(torch.equal(read["test"][i]["input_ids"], first[i]) for i in range(8))
+    assert result["data"]["id"] == whole["data"]["id"] == record["data"]["id"] == result["data"]["run_data_id"]
 
 
 def test_cli_prints_and_writes_json(finished_run, tmp_path, capsys):
@@ -65,9 +82,31 @@ def test_cli_prints_and_writes_json(finished_run, tmp_path, capsys):
     assert main(["eval", str(run_dir), "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "listops/softmax test accuracy" in printed and "on 24 examples" in printed
+    assert "not the data of the run's record" not in printed
     saved = json.loads(out.read_text())
     assert saved["accuracy"] == pytest.approx(record["test_acc"], abs=1e-6) and saved["run"] == str(run_dir)
+    assert saved["data"]["id"] == record["data"]["id"] and saved["data"]["source"] == "generated"
     assert saved["versions"]["torch"] == torch.__version__ and saved["git_rev"] and saved["date"]
+
+
+def test_data_other_than_the_runs_is_said(finished_run, tmp_path, capsys):
+    """The evaluation names the data it read; where that is not the data of the run's record (another
+    --data-dir holding another data set, the official release instead of generated data, ...) it says
+    that the accuracy is not comparable with the run's."""
+    import shutil
+
+    from lra.records import read_record, write_record
+
+    run_dir, record = finished_run
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    changed = read_record(copy / "result.json")
+    changed["data"] = dict(changed["data"], id="0123456789ab")
+    write_record(copy / "result.json", changed)
+    assert main(["eval", str(copy), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert (f"data {record['data']['id']} (generated ListOps" in printed
+            and "is not the data of the run's record (0123456789ab)" in printed), printed
 
 
 def test_a_run_that_never_trained_says_why(tmp_path, capsys):
