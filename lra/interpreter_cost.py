@@ -94,10 +94,10 @@ def long_eval_warning(config, cuda: bool, split: str, limit_s: float = LIMIT_S,
         return None
     tokens = config.data.seq_len or "the task's"
     if examples:
-        examples, about = f"the first {examples:,} examples of the {split} split", "about"
+        which, about = f"the first {examples:,} examples of the {split} split", "about"
     else:
-        examples, about = f"the {split} split, {DEFAULT_EVAL_EXAMPLES:,} examples or more", "at least"
-    return (f"{config.task}/{config.attention} (preset {config.preset}, {tokens} tokens, {examples}): its Triton "
+        which, about = f"the {split} split, {DEFAULT_EVAL_EXAMPLES:,} examples or more", "at least"
+    return (f"{config.task}/{config.attention} (preset {config.preset}, {tokens} tokens, {which}): its Triton "
             f"kernels run through the CPU interpreter, {about} {human_duration(seconds)} of attention alone")
 
 

@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--attention", default=None,
                         help="evaluate with another exact attention (e.g. sdpa for a flash run on a CPU)")
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="data root (default: the run's)")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N examples of the split (of the data set the run read)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="evaluate the first N examples of the split (of the data set the run read)")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the run's")
     parser.add_argument("--devices", default=None, help="Lightning devices (default: 1)")
     parser.add_argument("--compile", dest="compile", action=argparse.BooleanOptionalAction, default=None,
@@ -81,7 +82,8 @@ def _long_on_this_machine(planned) -> str | None:
     from lra.train import resolve_runtime
 
     config = planned.config
-    warning = long_eval_warning(config, resolve_runtime(config).cuda, planned.split, examples=planned.examples_limit)
+    warning = long_eval_warning(config, resolve_runtime(config).cuda, planned.split,
+                                examples=planned.examples_limit)
     if not warning:
         return None
     instead = "--limit N (the first N examples)"
