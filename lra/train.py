@@ -3,12 +3,13 @@ checkpoint -> `runs/<task>/<attention>/<run-id>/result.json`.
 
 The run folder holds `config.yaml` (the resolved config and data spec), `logs/` (CSV, and
 TensorBoard when installed), `checkpoints/` (`best-*.ckpt` by validation accuracy, its weights, and
-`last.ckpt`, the full training state, written at every validation, on an interruption and at the end)
-and `result.json`, written atomically: `running` when training starts, then `completed`,
+`last.ckpt`, the full training state, written at every validation, on an interruption and at the
+end) and `result.json`, written atomically: `running` when training starts, then `completed`,
 `interrupted` (Ctrl-C, SIGTERM, the deadline below: resumable), `diverged` (the loss stopped being
-finite), `failed` (with the error text) or `oom` (out of GPU or host memory). `--resume` continues from `last.ckpt` to the same final step
-count. $LRA_STOP_AT (Unix seconds) stops a run at that time as Ctrl-C does (last.ckpt at the current
-step, record `interrupted`, resumable): machines with a time limit stop runs that way.
+finite), `failed` (with the error text) or `oom` (out of GPU or host memory). `--resume` continues
+from `last.ckpt` to the same final step count. $LRA_STOP_AT (Unix seconds) stops a run at that time
+as Ctrl-C does (last.ckpt at the current step, record `interrupted`, resumable): machines with a
+time limit stop runs that way.
 
 The config, the attention's limits (`lra.attention.kernel_limit_problem`), a checkpoint to start from
 and the data (`lra.data_check`: sources prepared, released files parsed) are checked before the run
