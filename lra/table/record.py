@@ -274,7 +274,9 @@ def record_sections(summary: pd.DataFrame, published: pd.DataFrame | None = None
     compare = bool(summary["paper_compared"].any())
     table = pd.DataFrame({
         "Task": _task_labels(summary),
-        "Attention": summary["label"],
+        # runs that differ in a setting (a variant: `optim.lr=0.001`) are rows of their own; name it
+        "Attention": [f"{label} ({variant})" if variant else label
+                      for label, variant in zip(summary["label"], summary["variant"].fillna(""))],
         "Data": [data_label(s, i) if r else NO_VALUE for s, i, r in
                  zip(summary["data_source"], summary["data_id"], ran)],
         "Setting": [s if r else NO_VALUE for s, r in zip(summary["setting"], ran)],
@@ -308,7 +310,7 @@ def _notes(summary, published, records, base: str, baseline: str, compare: bool)
         ("No paper columns: no run here used the `paper` preset on a GPU, the only setting compared with the "
          "FlashAttention paper."),
         "Setting = where the runs depart from the paper's: another preset, augmentation, generated instead of "
-        "official data, a subset of the data, fewer optimizer steps than the preset's max_steps, a CPU run.",
+        "official data, a subset of the data, fewer or more optimizer steps than the preset's max_steps, a CPU run.",
         f"Speed vs {base} = training throughput over `{baseline}` (attention matrix materialised) at the same task, "
         "length, batch size, device, precision and compile mode. Speed from: runs = runs that had their device to "
         "themselves (no other run of ours beside them); bench = a `lra bench models` CSV row of the same "

@@ -1,6 +1,6 @@
 """How a cell of runs departs from the paper's setting: another preset, settings overridden from
 their preset, augmentation, generated instead of official data, a subset of the data, another
-sequence length, fewer optimizer steps than the preset's `max_steps`, several devices (data-parallel:
+sequence length, fewer or more optimizer steps than the preset's `max_steps`, several devices (data-parallel:
 a larger global batch), a CPU run. The table of record prints these beside the numbers, and compares
 with the paper only runs of the `paper` preset on a GPU."""
 from __future__ import annotations
@@ -101,7 +101,7 @@ def deviations(cell: pd.DataFrame) -> list[str]:
         limits = sorted({int(v) for v in (_config_value(c, "data", key) for c in configs) if not is_missing(v)})
         if limits:
             out.append(f"first {'/'.join(f'{v:,}' for v in limits)} {what} examples")
-    out += _short_training(runs, resolved)
+    out += _training_length(runs, resolved)
     if "devices" in runs:   # data-parallel: each device takes a batch, the optimizer sees them all
         several = runs[runs["devices"] > 1]
         shapes = sorted({(int(n), int(b)) for n, b in zip(several["devices"], several["batch_size"].fillna(0))})
@@ -111,19 +111,26 @@ def deviations(cell: pd.DataFrame) -> list[str]:
     return out
 
 
-def _short_training(runs: pd.DataFrame, preset: dict | None) -> list[str]:
-    """`3,000/5,000 steps` when a run stopped (or was set to stop) before the preset's max_steps."""
+def _training_length(runs: pd.DataFrame, preset: dict | None) -> list[str]:
+    """`3,000/5,000 steps` when a run stopped (or was set to stop) before the preset's max_steps;
+    `8,000 steps (preset 5,000)` when runs were set to train longer than the preset."""
     wanted = ((preset or {}).get("train") or {}).get("max_steps")
+    configured = [_config_value(c, "train", "max_steps") for c in runs["config"]]
+    configured = sorted({int(v) for v in configured if not is_missing(v)})
     if wanted is None:
-        configured = [_config_value(c, "train", "max_steps") for c in runs["config"]]
-        configured = [int(v) for v in configured if not is_missing(v)]
         wanted = max(configured) if configured else None
-    steps = runs["steps"].dropna()
-    if wanted is None or steps.empty or steps.min() >= wanted:
+    if wanted is None:
         return []
-    low, high = int(steps.min()), int(steps.max())
-    span = f"{low:,}" if low == high else f"{low:,}–{high:,}"
-    return [f"{span}/{wanted:,} steps"]
+    out = []
+    longer = [v for v in configured if v > wanted]
+    if longer:
+        out.append(f"{'/'.join(f'{v:,}' for v in longer)} steps (preset {wanted:,})")
+    steps = runs["steps"].dropna()
+    if not steps.empty and steps.min() < wanted:
+        low, high = int(steps.min()), int(steps.max())
+        span = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+        out.append(f"{span}/{wanted:,} steps")
+    return out
 
 
 def paper_comparable(cell: pd.DataFrame) -> bool:

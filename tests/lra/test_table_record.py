@@ -2,6 +2,7 @@
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -192,6 +193,23 @@ def test_tasks_without_runs_appear_with_the_papers_numbers(tmp_path, published):
     assert row(sparse, "listops", "flash_sparse")["published"] == 37.0
 
 
+def test_a_variant_is_a_row_of_its_own_named_in_the_rendered_table(tmp_path, published):
+    """Runs of one attention that differ in a setting (here a longer schedule than the preset's) are
+    not pooled, and the rendered table says which row is which: the variant beside the attention's
+    name, the longer schedule in the setting (it departs from the paper as a shorter one does)."""
+    for seed in (0, 1):
+        write(tmp_path, "listops", "flash", seed, 0.36)
+    write(tmp_path, "listops", "flash", 0, 0.40, steps=8000, cfg=config(max_steps=8000), run_id="longer")
+    summary = summary_of(tmp_path, published)
+    flash = summary[(summary["task"] == "listops") & (summary["attention"] == "flash")]
+    assert sorted(flash["n"]) == [1, 2]
+    longer = flash[flash["n"] == 1].iloc[0]
+    assert longer["variant"] == "train.max_steps=8000" and "8,000 steps (preset 5,000)" in longer["setting"]
+    assert flash[flash["n"] == 2].iloc[0]["setting"] == "generated data (paper: official release)"
+    text = table.render(table.record_sections(summary, published), "markdown")
+    assert "| FlashAttention (train.max_steps=5000) " in text and "| FlashAttention (train.max_steps=8000) " in text
+
+
 def test_settings_that_depart_from_the_paper_are_named(tmp_path, published):
     write(tmp_path, "listops", "flash", 0, 0.30, preset="smoke", seq_len=128, device="cpu (x86_64)",
           cfg=config(batch=8, max_steps=20), steps=20)
@@ -212,7 +230,9 @@ def test_settings_that_depart_from_the_paper_are_named(tmp_path, published):
     assert "augment dihedral" in pathfinder["setting"] and "first 80,000 training examples" in pathfinder["setting"]
     assert not pathfinder["paper_setting"] and pathfinder["delta"] == pytest.approx(70.0 - 72.7)
     text = table.render(table.record_sections(summary, published), "markdown")
-    assert "| ListOps (128)  | FlashAttention | generated aaaaaaaaaaaa | preset smoke;" in text
+    assert re.search(r"\| ListOps \(128\) +\| FlashAttention +\| generated aaaaaaaaaaaa \| preset smoke;", text)
+    # the two `paper` cells differ in their batch size: each row names its own
+    assert "| FlashAttention (train.batch_size=16) " in text and "| FlashAttention (train.batch_size=32) " in text
 
 
 def test_runs_that_did_not_complete_are_listed(tmp_path, published):
