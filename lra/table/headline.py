@@ -36,10 +36,25 @@ def headline_summary(record: pd.DataFrame) -> pd.DataFrame:
     several = rows[rows > 1]
     if len(several):
         (task, attention), count = next(iter(several.items()))
+        rows = cells[(cells["task"] == task) & (cells["attention"] == attention)]
+        apart = "; ".join(_rows_apart(rows))
         raise ValueError(f"the headline has one cell per task and attention, but {task}/{attention} has {count} "
-                         "rows in the table of record (runs of several presets, lengths, variants or data sets): "
-                         "narrow the runs with --presets / --seq-lens / --tasks, or read `lra table record`")
+                         f"rows in the table of record ({apart}): narrow the runs with --presets / --seq-lens / "
+                         "--tasks (a variant: --runs-dir a folder without the others' runs), or read "
+                         "`lra table record`")
     return cells[HEADLINE_COLUMNS].reset_index(drop=True)
+
+
+def _rows_apart(rows: pd.DataFrame) -> list[str]:
+    """What sets each of these rows of the table of record apart: those of preset, length, variant and
+    data that differ among them."""
+    parts = pd.DataFrame({
+        "preset": [f"preset {p or '?'}" for p in rows["preset"]],
+        "seq_len": [f"N={format_seq_len(n)}" if not is_missing(n) else "" for n in rows["seq_len"]],
+        "variant": list(rows["variant"].fillna("")),
+        "data": [f"data {d}" if d else "" for d in rows["data_id"]]})
+    differing = [c for c in parts.columns if parts[c].nunique() > 1]
+    return [", ".join(p for p in row if p) or "?" for row in parts[differing].itertuples(index=False)]
 
 
 def _accuracy(row, typical_n: int, compare: bool) -> str:

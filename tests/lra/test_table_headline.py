@@ -47,13 +47,23 @@ def test_one_row_per_attention_with_accuracy_speed_and_memory_per_task(tmp_path,
 
 
 def test_a_task_and_attention_with_several_rows_is_a_clear_error(tmp_path, published):
-    write(tmp_path, "listops", "flash", 0, 0.36)
-    write(tmp_path, "listops", "flash", 0, 0.50, preset="smoke", run_id="smoke-run")
-    with pytest.raises(ValueError, match="listops/flash has 2 rows.*--presets"):
-        headline_of(tmp_path, published)
+    """The error names what sets the rows apart (of preset, length, variant, data: what differs)."""
+    presets = tmp_path / "presets"
+    write(presets, "listops", "flash", 0, 0.36)
+    write(presets, "listops", "flash", 0, 0.50, preset="smoke", run_id="smoke-run")
+    with pytest.raises(ValueError, match=r"listops/flash has 2 rows in the table of record \(preset paper; "
+                                         r"preset smoke\): narrow the runs with --presets"):
+        headline_of(presets, published)
     # narrowed by the filters, it renders
-    records = table.filter_frame(table.load_run_records(tmp_path), preset=["paper"])
+    records = table.filter_frame(table.load_run_records(presets), preset=["paper"])
     assert len(table.headline_summary(table.record_summary(records, published))) >= 1
+    # a variant: the same preset and data, another setting
+    variant = tmp_path / "variant"
+    write(variant, "listops", "flash", 0, 0.36)
+    write(variant, "listops", "flash", 0, 0.40, steps=8000, cfg=config(max_steps=8000), run_id="longer")
+    with pytest.raises(ValueError, match=r"listops/flash has 2 rows in the table of record "
+                                         r"\(train.max_steps=5000; train.max_steps=8000\)"):
+        headline_of(variant, published)
 
 
 def test_cli_writes_the_headline_in_every_format(tmp_path, capsys):
