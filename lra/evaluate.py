@@ -196,6 +196,7 @@ def run_evaluation(planned: Evaluation, *, progress_bar: bool | None = None) -> 
     """Load the data, the model and the checkpoint's weights of `planned` and evaluate (`evaluate`)."""
     from lra import provenance
     from lra.train import _progress_bar_wanted, _quiet_known_noise, prepare, resolve_runtime
+    from tasks.base import data_summary
 
     _quiet_known_noise()
     config, split = planned.config, planned.split
@@ -217,7 +218,8 @@ def run_evaluation(planned: Evaluation, *, progress_bar: bool | None = None) -> 
     loaders = trainer.test_dataloaders if split == "test" else trainer.val_dataloaders
     loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
     examples = len(loader.dataset)
-    data = {key: value for key, value in dm.data_record().items() if key in ("source", "id", "description")}
+    summary = data_summary(dm.source)  # which data, without hashing it (the run's record has its hash)
+    data = {key: summary[key] for key in ("source", "id", "description")}
     trained_on = ((_record(planned.run_dir) or {}).get("data") or {}).get("id")
     data["run_data_id"] = trained_on  # the data the run trained and was tested on (None: not recorded)
     return {

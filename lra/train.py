@@ -452,7 +452,7 @@ def _train_locked(config: RunConfig, runtime: Runtime, dm, module: LraModule, sp
         try:
             if not data_hash:
                 data_hash.append(dm.source.content_hash())
-            return {**data_record(dm.source, dm.split_sizes), "content_hash": data_hash[0]}
+            return data_record(dm.source, dm.split_sizes, data_hash[0])
         except (OSError, ValueError):
             return None
 

@@ -351,10 +351,6 @@ class LraDataModule(pl.LightningDataModule):
     def describe(self) -> str:
         return f"{self.task}: {self.source.describe()}"
 
-    def data_record(self) -> dict:
-        """The run record's `data` section: which data was actually read (see `data_record`)."""
-        return data_record(self.source, self.split_sizes)
-
 
 def file_stamps(files, root: Path) -> list[list]:
     """[relative name, size] of each file: an identity of released files that holds on every machine."""
@@ -368,10 +364,14 @@ def identity_id(identity: dict) -> str:
     return param_hash(identity)
 
 
-def data_record(source: DataSource, split_sizes: dict[str, int]) -> dict:
-    """`{source, id, description, generator, files, splits, content_hash}` of a prepared source."""
+def data_summary(source: DataSource) -> dict:
+    """`{source, id, description, generator, identity}`: which data a source is, without reading it."""
     identity = source.identity()
     return {"source": identity.get("source", source.kind), "id": identity_id(identity),
-            "description": source.describe(), "generator": identity.get("generator"),
-            "identity": identity, "splits": dict(split_sizes),
-            "content_hash": source.content_hash()}
+            "description": source.describe(), "generator": identity.get("generator"), "identity": identity}
+
+
+def data_record(source: DataSource, split_sizes: dict[str, int], content_hash: str | None) -> dict:
+    """The run record's `data` section of a prepared source: `data_summary`, the split sizes read and
+    the source's `content_hash` (which reads every data file: the caller computes it once)."""
+    return {**data_summary(source), "splits": dict(split_sizes), "content_hash": content_hash}
