@@ -50,12 +50,11 @@ def estimate_seconds(config) -> float:
                                            + eval_sequences * SECONDS_PER_SCORE_EVAL)
 
 
-def estimate_eval_seconds(config, examples: int | None = None) -> float:
-    """Seconds of attention work of one evaluation through the interpreter: `examples` (default
-    data.limit_eval) examples, or DEFAULT_EVAL_EXAMPLES when neither is set (as many as ListOps' test
-    split, the smallest of the tasks' full splits)."""
-    examples = examples or config.data.limit_eval or DEFAULT_EVAL_EXAMPLES
-    return _scores_per_sequence(config) * examples * SECONDS_PER_SCORE_EVAL
+def estimate_eval_seconds(config, examples: int | None) -> float:
+    """Seconds of attention work of one evaluation of `examples` examples through the interpreter;
+    None: DEFAULT_EVAL_EXAMPLES (as many as ListOps' test split, the smallest of the tasks' full
+    splits)."""
+    return _scores_per_sequence(config) * (examples or DEFAULT_EVAL_EXAMPLES) * SECONDS_PER_SCORE_EVAL
 
 
 def human_duration(seconds: float) -> str:
